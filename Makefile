@@ -1,0 +1,65 @@
+# Makefile for the idempotency PostgreSQL extension (PGXS).
+#
+# The version lives in idempotency.control only; the install script
+# sql/idempotency--$(EXTVERSION).sql is assembled from the sources below.
+#
+# This file must parse without pg_config (a fresh machine has none yet):
+# `make demo` and `make test` install what is missing first.
+
+EXTENSION = idempotency
+EXTVERSION := $(shell sed -n "s/^default_version *= *'\([^']*\)'.*/\1/p" $(dir $(lastword $(MAKEFILE_LIST)))idempotency.control)
+
+MODULE_big = idempotency
+OBJS = \
+	src/idempotency.o \
+	src/query.o \
+	src/records.o
+
+# Sources of the current version's install script, in order.
+SQL_SOURCES = \
+	sql/idempotency.sql
+
+DATA_built = sql/idempotency--$(EXTVERSION).sql
+DATA = $(filter-out $(DATA_built),$(wildcard sql/idempotency--*--*.sql))
+
+REGRESS = $(sort $(notdir $(basename $(wildcard test/sql/*.sql))))
+REGRESS_OPTS = --inputdir=test --load-extension=$(EXTENSION)
+ISOLATION = $(sort $(notdir $(basename $(wildcard test/specs/*.spec))))
+ISOLATION_OPTS = --inputdir=test --load-extension=$(EXTENSION)
+TAP_TESTS = 1
+PROVE_TESTS = test/t/*.pl
+
+# Warnings are errors; the flags PostgreSQL's own headers trip are silenced.
+PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers \
+	-Wno-sign-compare -Wno-cast-function-type
+
+PG_CONFIG ?= pg_config
+PGXS := $(shell $(PG_CONFIG) --pgxs 2>/dev/null)
+
+.PHONY: demo test lint bench
+
+# `make` with no target builds the extension when PGXS is available.
+ifneq ($(wildcard $(PGXS)),)
+include $(PGXS)
+else
+all:
+	@echo "pg_config or the PostgreSQL server headers are missing."
+	@echo "Run 'make test' or 'make demo' (as root they install them), or:"
+	@echo "  apt-get install -y postgresql-15 postgresql-server-dev-15"
+	@exit 1
+endif
+
+sql/idempotency--$(EXTVERSION).sql: $(SQL_SOURCES) idempotency.control
+	cat $(SQL_SOURCES) > $@
+
+demo:
+	@bash test/demo.sh
+
+test:
+	@bash test/run.sh
+
+lint:
+	@bash test/lint.sh
+
+bench:
+	@bash bench/run.sh

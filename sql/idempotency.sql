@@ -1,0 +1,121 @@
+-- idempotency: exactly-once helpers for PostgreSQL.
+--
+-- This file is the core of the install script; the Makefile joins it with
+-- the other sources listed in SQL_SOURCES into idempotency--VERSION.sql.
+-- Every object is created in @extschema@; every function is SECURITY
+-- INVOKER (the default), so privileges and row-level security on
+-- idem_records apply to callers exactly as to direct SQL.
+
+\echo Use "CREATE EXTENSION idempotency" to load this file. \quit
+
+--------------------------------------------------------------------------
+-- Records
+--------------------------------------------------------------------------
+
+CREATE TABLE @extschema@.idem_records (
+    scope        pg_catalog.text COLLATE pg_catalog."C" NOT NULL,
+    key          pg_catalog.text COLLATE pg_catalog."C" NOT NULL,
+    status       pg_catalog.text COLLATE pg_catalog."C" NOT NULL,
+    fingerprint  pg_catalog.bytea,
+    result       pg_catalog.jsonb,
+    created_at   pg_catalog.timestamptz NOT NULL,
+    updated_at   pg_catalog.timestamptz NOT NULL,
+    expires_at   pg_catalog.timestamptz NOT NULL,
+    locked_until pg_catalog.timestamptz,
+    token        pg_catalog.int8,
+    attempts     pg_catalog.int4 NOT NULL DEFAULT 0,
+    CONSTRAINT idem_records_pkey PRIMARY KEY (scope, key),
+    CONSTRAINT idem_records_status_check CHECK (status OPERATOR(pg_catalog.=) ANY
+        ('{claimed,in_progress,completed,failed,retryable}'::pg_catalog.text[]))
+);
+
+CREATE INDEX idem_records_expires_at_idx
+    ON @extschema@.idem_records (expires_at);
+
+COMMENT ON TABLE @extschema@.idem_records IS
+    'Idempotency records, one per (scope, key); written by idem_claim and idem_begin';
+
+REVOKE ALL ON TABLE @extschema@.idem_records FROM PUBLIC;
+
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.idem_records', '');
+
+-- The public shape of a record, returned by idem_lookup and idem_await.
+CREATE TYPE @extschema@.idem_record AS (
+    scope        pg_catalog.text,
+    key          pg_catalog.text,
+    status       pg_catalog.text,
+    fingerprint  pg_catalog.bytea,
+    result       pg_catalog.jsonb,
+    created_at   pg_catalog.timestamptz,
+    updated_at   pg_catalog.timestamptz,
+    expires_at   pg_catalog.timestamptz,
+    locked_until pg_catalog.timestamptz,
+    token        pg_catalog.int8,
+    attempts     pg_catalog.int4
+);
+
+COMMENT ON TYPE @extschema@.idem_record IS
+    'An idempotency record as returned by idem_lookup and idem_await';
+
+--------------------------------------------------------------------------
+-- One-phase claims
+--------------------------------------------------------------------------
+
+CREATE FUNCTION @extschema@.idem_claim(key pg_catalog.text)
+RETURNS pg_catalog.bool
+AS 'MODULE_PATHNAME', 'idem_claim_default_scope'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.idem_claim(pg_catalog.text) IS
+    'Claim key in the default scope for this transaction; true when this transaction owns it, false for a duplicate';
+
+CREATE FUNCTION @extschema@.idem_claim(
+    scope pg_catalog.text,
+    key pg_catalog.text,
+    ttl pg_catalog.interval DEFAULT NULL,
+    fingerprint pg_catalog.text DEFAULT NULL)
+RETURNS pg_catalog.bool
+AS 'MODULE_PATHNAME', 'idem_claim'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.idem_claim(pg_catalog.text, pg_catalog.text, pg_catalog.interval, pg_catalog.text) IS
+    'Claim (scope, key) for this transaction; true when this transaction owns it, false for a duplicate';
+
+CREATE FUNCTION @extschema@.idem_complete(
+    scope pg_catalog.text,
+    key pg_catalog.text,
+    result pg_catalog.jsonb)
+RETURNS pg_catalog.void
+AS 'MODULE_PATHNAME', 'idem_complete'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.idem_complete(pg_catalog.text, pg_catalog.text, pg_catalog.jsonb) IS
+    'Mark a claimed record completed and store its result for replay';
+
+CREATE FUNCTION @extschema@.idem_lookup(
+    scope pg_catalog.text,
+    key pg_catalog.text)
+RETURNS @extschema@.idem_record
+AS 'MODULE_PATHNAME', 'idem_lookup'
+LANGUAGE C STABLE CALLED ON NULL INPUT PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION @extschema@.idem_lookup(pg_catalog.text, pg_catalog.text) IS
+    'The live record of (scope, key), or NULL when absent or expired';
+
+CREATE FUNCTION @extschema@.idem_release(
+    scope pg_catalog.text,
+    key pg_catalog.text)
+RETURNS pg_catalog.bool
+AS 'MODULE_PATHNAME', 'idem_release'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.idem_release(pg_catalog.text, pg_catalog.text) IS
+    'Delete the record of (scope, key) so it can be claimed again; true when a live record was removed';
+
+CREATE FUNCTION @extschema@.idem_purge(batch_size pg_catalog.int4 DEFAULT 10000)
+RETURNS pg_catalog.int8
+AS 'MODULE_PATHNAME', 'idem_purge'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.idem_purge(pg_catalog.int4) IS
+    'Delete up to batch_size expired records, skipping locked rows; returns the number removed';

@@ -1,0 +1,270 @@
+/*-------------------------------------------------------------------------
+ *
+ * idempotency.c
+ *	  Module load, the idempotency.* GUCs, and the argument validation that
+ *	  every SQL-callable function of the extension shares.
+ *
+ *	  Invariants:
+ *	  - Validation happens before any SPI call or write, so bad input never
+ *	    leaves a partial effect.  Lengths are counted in bytes of the
+ *	    detoasted (uncompressed) value.
+ *	  - Writing functions call idem_check_writable first: in a read-only
+ *	    transaction (which includes every transaction on a hot standby) they
+ *	    fail with SQLSTATE 25006 and a message naming the function.
+ *	  - GUC state is per backend; nothing here touches shared memory.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/timestamp.h"
+
+#include "idempotency.h"
+
+PG_MODULE_MAGIC;
+
+void		_PG_init(void);
+
+/* idempotency.default_ttl, as text and as parsed by its check hook. */
+static char *default_ttl_string = NULL;
+
+typedef struct TtlSetting
+{
+	bool		infinite;
+	Interval	ttl;
+} TtlSetting;
+
+static TtlSetting *default_ttl = NULL;
+
+bool		idem_log_duplicates = false;
+
+/*
+ * Parse a TTL setting: a positive interval, or "infinity".  Never throws:
+ * a bad value is reported through GUC_check_errdetail.
+ */
+static bool
+check_default_ttl(char **newval, void **extra, GucSource source)
+{
+	TtlSetting *parsed;
+	Interval	ttl;
+
+	parsed = (TtlSetting *) malloc(sizeof(TtlSetting));
+	if (parsed == NULL)
+		return false;
+	memset(parsed, 0, sizeof(TtlSetting));
+
+	if (pg_strcasecmp(*newval, "infinity") == 0)
+	{
+		parsed->infinite = true;
+		*extra = parsed;
+		return true;
+	}
+
+	if (!idem_parse_interval(*newval, &ttl))
+	{
+		free(parsed);
+		GUC_check_errdetail("\"%s\" is not a valid interval.", *newval);
+		GUC_check_errhint("Use an interval such as '7 days', or 'infinity'.");
+		return false;
+	}
+
+	if (ttl.month < 0 || ttl.day < 0 || ttl.time < 0 ||
+		(ttl.month == 0 && ttl.day == 0 && ttl.time == 0))
+	{
+		free(parsed);
+		GUC_check_errdetail("The default TTL must be positive.");
+		return false;
+	}
+
+	parsed->ttl = ttl;
+	*extra = parsed;
+	return true;
+}
+
+static void
+assign_default_ttl(const char *newval, void *extra)
+{
+	default_ttl = (TtlSetting *) extra;
+}
+
+void
+_PG_init(void)
+{
+	DefineCustomStringVariable("idempotency.default_ttl",
+							   "Retention of an idempotency key when idem_claim is given no ttl.",
+							   "A positive interval, or 'infinity' to keep keys forever.",
+							   &default_ttl_string,
+							   "7 days",
+							   PGC_USERSET,
+							   0,
+							   check_default_ttl,
+							   assign_default_ttl,
+							   NULL);
+
+	DefineCustomBoolVariable("idempotency.log_duplicates",
+							 "Logs one line for each duplicate claim of an idempotency key.",
+							 NULL,
+							 &idem_log_duplicates,
+							 false,
+							 PGC_SUSET,
+							 0,
+							 NULL,
+							 NULL,
+							 NULL);
+
+	MarkGUCPrefixReserved("idempotency");
+
+	idem_query_init();
+}
+
+/*
+ * The scope argument: not NULL, at most IDEM_MAX_SCOPE_BYTES bytes.  The
+ * empty string is the default scope.
+ */
+text *
+idem_arg_scope(FunctionCallInfo fcinfo, int argno, const char *fname)
+{
+	text	   *scope;
+	size_t		len;
+
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s: scope must not be null", fname),
+				 errhint("Use the empty string for the default scope.")));
+
+	scope = PG_GETARG_TEXT_PP(argno);
+	len = VARSIZE_ANY_EXHDR(scope);
+	if (len > IDEM_MAX_SCOPE_BYTES)
+		ereport(ERROR,
+				(errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
+				 errmsg("%s: scope is too long", fname),
+				 errdetail("The scope is %zu bytes; the limit is %d bytes.",
+						   len, IDEM_MAX_SCOPE_BYTES)));
+	return scope;
+}
+
+/* Length and emptiness checks of a key already known not to be NULL. */
+void
+idem_check_key(text *key, const char *fname)
+{
+	size_t		len = VARSIZE_ANY_EXHDR(key);
+
+	if (len == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s: key must not be empty", fname)));
+	if (len > IDEM_MAX_KEY_BYTES)
+		ereport(ERROR,
+				(errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
+				 errmsg("%s: key is too long", fname),
+				 errdetail("The key is %zu bytes; the limit is %d bytes.",
+						   len, IDEM_MAX_KEY_BYTES),
+				 errhint("Hash long natural keys, for example with sha256(), and use the digest as the key.")));
+}
+
+/* The key argument: not NULL, not empty, at most IDEM_MAX_KEY_BYTES bytes. */
+text *
+idem_arg_key(FunctionCallInfo fcinfo, int argno, const char *fname)
+{
+	text	   *key;
+
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s: key must not be null", fname)));
+	key = PG_GETARG_TEXT_PP(argno);
+	idem_check_key(key, fname);
+	return key;
+}
+
+/* Fail with 25006 in a read-only transaction (and so on a hot standby). */
+void
+idem_check_writable(const char *fname)
+{
+	if (XactReadOnly)
+		PreventCommandIfReadOnly(psprintf("%s()", fname));
+}
+
+/*
+ * base + span, failing with 22023 unless the result is later than base.
+ * Out-of-range results fail in timestamptz_pl_interval with 22008.
+ */
+TimestampTz
+idem_add_interval(TimestampTz base, Interval *span, const char *what,
+				  const char *fname)
+{
+	TimestampTz result;
+
+	if (IDEM_INTERVAL_IS_INFINITE(span))
+	{
+		if (IDEM_INTERVAL_IS_PLUS_INFINITY(span))
+			return DT_NOEND;
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s: %s must be positive", fname, what),
+				 errdetail("The %s given was -infinity.", what)));
+	}
+
+	result = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
+													 TimestampTzGetDatum(base),
+													 IntervalPGetDatum(span)));
+	if (result <= base)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s: %s must be positive", fname, what),
+				 errdetail("The %s given was %s.", what,
+						   DatumGetCString(DirectFunctionCall1(interval_out,
+															   IntervalPGetDatum(span))))));
+	return result;
+}
+
+/*
+ * The expiry of a record written now: now + ttl argument, or now +
+ * idempotency.default_ttl when the argument is NULL.  'infinity' gives
+ * the timestamp infinity.
+ */
+TimestampTz
+idem_expiry(FunctionCallInfo fcinfo, int argno, TimestampTz now,
+			const char *fname)
+{
+	if (argno < PG_NARGS() && !PG_ARGISNULL(argno))
+		return idem_add_interval(now, PG_GETARG_INTERVAL_P(argno), "ttl", fname);
+
+	if (default_ttl == NULL)
+		elog(ERROR, "idempotency.default_ttl is not initialised");
+	if (default_ttl->infinite)
+		return DT_NOEND;
+	return idem_add_interval(now, &default_ttl->ttl, "ttl", fname);
+}
+
+/*
+ * SHA-256 of the fingerprint argument as a bytea, or NULL when the
+ * argument is NULL (or absent).  The raw request is never stored.
+ */
+bytea *
+idem_fingerprint_digest(FunctionCallInfo fcinfo, int argno)
+{
+	text	   *fp;
+	bytea	   *digest;
+
+	if (argno >= PG_NARGS() || PG_ARGISNULL(argno))
+		return NULL;
+
+	fp = PG_GETARG_TEXT_PP(argno);
+	digest = (bytea *) palloc(VARHDRSZ + PG_SHA256_DIGEST_LENGTH);
+	SET_VARSIZE(digest, VARHDRSZ + PG_SHA256_DIGEST_LENGTH);
+	idem_sha256(VARDATA_ANY(fp), VARSIZE_ANY_EXHDR(fp), (uint8 *) VARDATA(digest));
+	return digest;
+}
+
+/* A timestamptz as text in the session's DateStyle, for messages. */
+char *
+idem_timestamptz_cstring(TimestampTz ts)
+{
+	return DatumGetCString(DirectFunctionCall1(timestamptz_out,
+											   TimestampTzGetDatum(ts)));
+}

@@ -1,0 +1,89 @@
+/*-------------------------------------------------------------------------
+ *
+ * idempotency.h
+ *	  The one private header of the idempotency extension: the SQLSTATEs
+ *	  it raises, its GUC variables, the record status names, and the
+ *	  helpers shared by the files in src/.
+ *
+ *	  Files and their concerns:
+ *	    idempotency.c  module load, GUCs, input validation shared by all
+ *	    query.c        the per-backend cache of prepared SPI plans
+ *	    records.c      idem_claim, idem_complete, idem_lookup,
+ *	                   idem_release, idem_purge
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef IDEMPOTENCY_H
+#define IDEMPOTENCY_H
+
+#include "postgres.h"
+
+#include "compat.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "utils/timestamp.h"
+
+/*
+ * SQLSTATEs of this extension (class "ID", implementation-defined).
+ * Every one is documented in the README's reference.
+ */
+#define ERRCODE_IDEM_FINGERPRINT_MISMATCH	MAKE_SQLSTATE('I','D','0','0','1')
+#define ERRCODE_IDEM_NO_RECORD				MAKE_SQLSTATE('I','D','0','0','2')
+#define ERRCODE_IDEM_LEASE_LOST				MAKE_SQLSTATE('I','D','0','0','3')
+#define ERRCODE_IDEM_ILLEGAL_TRANSITION		MAKE_SQLSTATE('I','D','0','0','4')
+#define ERRCODE_IDEM_WRONG_STATUS			MAKE_SQLSTATE('I','D','0','0','5')
+
+/* Limits on identifiers, in bytes of the server encoding. */
+#define IDEM_MAX_KEY_BYTES		1024
+#define IDEM_MAX_SCOPE_BYTES	128
+
+/* Record statuses (the CHECK constraint on idem_records lists the same). */
+#define IDEM_STATUS_CLAIMED		"claimed"
+#define IDEM_STATUS_IN_PROGRESS	"in_progress"
+#define IDEM_STATUS_COMPLETED	"completed"
+#define IDEM_STATUS_FAILED		"failed"
+#define IDEM_STATUS_RETRYABLE	"retryable"
+
+/* GUCs (idempotency.c) */
+extern bool idem_log_duplicates;
+
+/* idempotency.c: validation shared by the SQL-callable functions */
+extern text *idem_arg_scope(FunctionCallInfo fcinfo, int argno, const char *fname);
+extern text *idem_arg_key(FunctionCallInfo fcinfo, int argno, const char *fname);
+extern void idem_check_key(text *key, const char *fname);
+extern void idem_check_writable(const char *fname);
+extern TimestampTz idem_expiry(FunctionCallInfo fcinfo, int argno,
+							   TimestampTz now, const char *fname);
+extern TimestampTz idem_add_interval(TimestampTz base, Interval *span,
+									 const char *what, const char *fname);
+extern bytea *idem_fingerprint_digest(FunctionCallInfo fcinfo, int argno);
+extern char *idem_timestamptz_cstring(TimestampTz ts);
+
+/* records.c */
+extern void idem_fingerprint_mismatch(const char *fname, text *scope, text *key,
+									  TimestampTz first_claimed);
+
+/*
+ * query.c: prepared SPI plans, one per IdemQuery, kept for the life of the
+ * backend and re-prepared when the extension's schema changes.  The text
+ * may use "@extschema@", replaced by the quoted name of the schema the
+ * calling function lives in.
+ */
+#define IDEM_MAX_ARGS 8
+
+typedef struct IdemQuery
+{
+	const char *sql;
+	int			nargs;
+	Oid			argtypes[IDEM_MAX_ARGS];
+	Oid			nsp;			/* schema the plan was prepared for */
+	SPIPlanPtr	plan;
+} IdemQuery;
+
+extern Oid	idem_extension_schema(FunctionCallInfo fcinfo);
+extern SPIPlanPtr idem_query_plan(IdemQuery *q, Oid nsp);
+extern int	idem_query_exec(IdemQuery *q, Oid nsp, Datum *values,
+							const char *nulls, bool read_only, long count);
+extern void idem_query_init(void);
+
+#endif							/* IDEMPOTENCY_H */

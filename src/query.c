@@ -1,0 +1,164 @@
+/*-------------------------------------------------------------------------
+ *
+ * query.c
+ *	  A per-backend cache of prepared SPI plans for the SQL the extension
+ *	  runs against its own tables, and the lookup of the schema the
+ *	  extension is installed in.
+ *
+ *	  Why: idem_claim and friends run once per business transaction, so
+ *	  they must not parse, analyse or plan SQL, nor scan catalogs, on every
+ *	  call.  Each statement is prepared once per backend (SPI_prepare +
+ *	  SPI_keepplan); the plan cache then replans by itself when the tables
+ *	  it depends on change.
+ *
+ *	  Search path safety: every statement names the extension's schema
+ *	  explicitly (the "@extschema@" placeholder is replaced by the quoted
+ *	  name of the schema the *calling function* lives in) and every
+ *	  operator, function and type with pg_catalog, so objects in the
+ *	  caller's search_path cannot change what runs.
+ *
+ *	  Schema cache: function OID -> schema OID, in a small direct-mapped
+ *	  table.  A syscache callback on pg_proc clears it, so DROP EXTENSION
+ *	  followed by CREATE EXTENSION ... SCHEMA other is seen at once; a plan
+ *	  whose schema differs from the caller's is freed and prepared again.
+ *
+ *	  Memory: plans live in the memory contexts SPI_keepplan gives them
+ *	  (children of CacheMemoryContext); the query text is built in the
+ *	  caller's context and is not kept.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/pg_namespace.h"
+#include "lib/stringinfo.h"
+#include "utils/builtins.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/syscache.h"
+
+#include "idempotency.h"
+
+#define SCHEMA_CACHE_SIZE 64
+
+typedef struct SchemaCacheEntry
+{
+	Oid			fn_oid;
+	Oid			nsp;
+} SchemaCacheEntry;
+
+static SchemaCacheEntry schema_cache[SCHEMA_CACHE_SIZE];
+
+static void
+schema_cache_reset(Datum arg, int cacheid, uint32 hashvalue)
+{
+	memset(schema_cache, 0, sizeof(schema_cache));
+}
+
+/* Called once from _PG_init. */
+void
+idem_query_init(void)
+{
+	CacheRegisterSyscacheCallback(PROCOID, schema_cache_reset, (Datum) 0);
+}
+
+/*
+ * The schema the calling SQL function belongs to, which is the schema the
+ * extension was created in.  One syscache probe per function OID per
+ * backend; later calls are an array lookup.
+ */
+Oid
+idem_extension_schema(FunctionCallInfo fcinfo)
+{
+	Oid			fn_oid = fcinfo->flinfo->fn_oid;
+	SchemaCacheEntry *e = &schema_cache[fn_oid % SCHEMA_CACHE_SIZE];
+	Oid			nsp;
+
+	if (e->fn_oid == fn_oid && OidIsValid(fn_oid))
+		return e->nsp;
+
+	nsp = get_func_namespace(fn_oid);
+	if (!OidIsValid(nsp))
+		elog(ERROR, "cache lookup failed for function %u", fn_oid);
+	e->fn_oid = fn_oid;
+	e->nsp = nsp;
+	return nsp;
+}
+
+/* The query text with @extschema@ replaced by the quoted schema name. */
+static char *
+expand_query(const char *sql, Oid nsp)
+{
+	const char *marker = "@extschema@";
+	size_t		mlen = strlen(marker);
+	char	   *nspname = get_namespace_name(nsp);
+	const char *quoted;
+	StringInfoData buf;
+	const char *p = sql;
+	const char *hit;
+
+	if (nspname == NULL)
+		elog(ERROR, "cache lookup failed for schema %u", nsp);
+	quoted = quote_identifier(nspname);
+
+	initStringInfo(&buf);
+	while ((hit = strstr(p, marker)) != NULL)
+	{
+		appendBinaryStringInfo(&buf, p, hit - p);
+		appendStringInfoString(&buf, quoted);
+		p = hit + mlen;
+	}
+	appendStringInfoString(&buf, p);
+	return buf.data;
+}
+
+/*
+ * The saved plan for q in schema nsp, preparing it on first use.  Must be
+ * called between SPI_connect and SPI_finish.
+ */
+SPIPlanPtr
+idem_query_plan(IdemQuery *q, Oid nsp)
+{
+	SPIPlanPtr	plan;
+	char	   *sql;
+
+	if (q->plan != NULL && q->nsp == nsp)
+		return q->plan;
+
+	if (q->plan != NULL)
+	{
+		SPI_freeplan(q->plan);
+		q->plan = NULL;
+	}
+
+	sql = expand_query(q->sql, nsp);
+	plan = SPI_prepare(sql, q->nargs, q->argtypes);
+	if (plan == NULL)
+		elog(ERROR, "SPI_prepare failed for \"%s\": %s",
+			 sql, SPI_result_code_string(SPI_result));
+	if (SPI_keepplan(plan) != 0)
+		elog(ERROR, "SPI_keepplan failed");
+	pfree(sql);
+
+	q->plan = plan;
+	q->nsp = nsp;
+	return plan;
+}
+
+/*
+ * Execute q with the given arguments; returns SPI_processed.  Errors from
+ * the statement (lock timeouts, serialization failures, constraint
+ * violations) propagate unchanged.  A negative SPI result code is a bug.
+ */
+int
+idem_query_exec(IdemQuery *q, Oid nsp, Datum *values, const char *nulls,
+				bool read_only, long count)
+{
+	SPIPlanPtr	plan = idem_query_plan(q, nsp);
+	int			rc;
+
+	rc = SPI_execute_plan(plan, values, nulls, read_only, count);
+	if (rc < 0)
+		elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(rc));
+	return (int) SPI_processed;
+}

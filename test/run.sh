@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# `make test`: install what is missing, build and install the extension,
+# then run every suite against throwaway clusters:
+#   regress    pg_regress files in test/sql, outputs in expected/
+#   isolation  isolation specs in test/specs, outputs in expected/
+#   tap        TAP tests in test/t (each starts its own clusters)
+# Prints a summary and exits non-zero when anything failed.
+#
+# Usage: bash test/run.sh [suite...]     (default: every suite)
+set -u
+. "$(dirname "$0")/harness.sh"
+
+suites=("$@")
+[ ${#suites[@]} -gt 0 ] || suites=(regress isolation tap)
+
+idem_setup
+idem_build_install
+
+WORK=$(idem_workdir)
+cleanup() {
+    idem_cluster_stop
+    if [ "${KEEP_WORK:-0}" = 1 ]; then
+        echo "work directory kept: $WORK" >&2
+    else
+        rm -rf "$WORK"
+    fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# Stage what the postgres OS user must read (the checkout may be private).
+mkdir -p "$WORK/src"
+cp -a "$IDEM_TOP/test" "$IDEM_TOP/expected" "$WORK/src/"
+[ "$(id -u)" -ne 0 ] || chown -R postgres: "$WORK"
+
+passed=0
+failed=0
+summary=()
+
+record() { # suite pass fail
+    passed=$((passed + $2)); failed=$((failed + $3))
+    summary+=("$(printf '%-10s %3d passed, %3d failed' "$1" "$2" "$3")")
+}
+
+# pg_regress and pg_isolation_regress print one line per test ending in
+# "ok" or "FAILED"; count them.
+count_results() { # logfile -> "pass fail"
+    local ok bad
+    ok=$(grep -cE ' \.\.\. +ok( |$)' "$1")
+    bad=$(grep -cE ' \.\.\. +FAILED' "$1")
+    echo "$ok $bad"
+}
+
+run_pg_regress() { # suite driver inputs...
+    local suite=$1 driver=$2; shift 2
+    local out="$WORK/$suite" log="$WORK/$suite.log" rc
+    idem_as_pg mkdir -p "$out"
+    idem_log "suite $suite"
+    idem_as_pg "$driver" \
+        --inputdir="$WORK/src/test" --outputdir="$out" \
+        --bindir="$IDEM_BINDIR" --host="$IDEM_PGHOST" --port="$IDEM_PGPORT" \
+        --user=postgres --dbname="idem_$suite" --load-extension=idempotency \
+        "$@" 2>&1 | tee "$log"
+    rc=${PIPESTATUS[0]}
+    read -r p f < <(count_results "$log")
+    if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
+    record "$suite" "$p" "$f"
+    if [ -s "$out/regression.diffs" ]; then
+        echo "---- $suite: regression.diffs ----"
+        cat "$out/regression.diffs"
+    fi
+}
+
+for suite in "${suites[@]}"; do
+    case "$suite" in
+    regress|isolation)
+        if [ -z "${IDEM_PGDATA:-}" ]; then
+            idem_cluster_start "$WORK/cluster"
+        fi
+        ;;
+    esac
+    case "$suite" in
+    regress)
+        tests=$(cd "$IDEM_TOP/test/sql" && ls *.sql | sed 's/\.sql$//' | sort)
+        # shellcheck disable=SC2086
+        run_pg_regress regress "$IDEM_PGXS_DIR/src/test/regress/pg_regress" $tests
+        ;;
+    isolation)
+        tests=$(cd "$IDEM_TOP/test/specs" && ls *.spec | sed 's/\.spec$//' | sort)
+        # shellcheck disable=SC2086
+        run_pg_regress isolation "$IDEM_PGXS_DIR/src/test/isolation/pg_isolation_regress" $tests
+        ;;
+    tap)
+        idem_log "suite tap"
+        idem_as_pg mkdir -p "$WORK/tap"
+        log="$WORK/tap.log"
+        (cd "$WORK/src" && idem_as_pg env \
+            PERL5LIB="$IDEM_PGXS_DIR/src/test/perl:$WORK/src/test/t" \
+            PG_REGRESS="$IDEM_PGXS_DIR/src/test/regress/pg_regress" \
+            TESTDIR="$WORK/tap" IDEM_TOP="$WORK/src" \
+            prove ${PROVE_FLAGS:-} test/t/) 2>&1 | tee "$log"
+        rc=${PIPESTATUS[0]}
+        files=$(ls "$IDEM_TOP"/test/t/*.pl | wc -l)
+        bad=$(grep -cE '^test/t/.* (Dubious|Failed)|^test/t/\S+\.pl +\(Wstat' "$log")
+        [ "$rc" -eq 0 ] || [ "$bad" -gt 0 ] || bad=1
+        record tap $((files - bad)) "$bad"
+        if [ "$rc" -ne 0 ]; then
+            for f in "$WORK"/tap/tmp_check/log/regress_log_*; do
+                [ -f "$f" ] || continue
+                echo "---- $(basename "$f") (last 60 lines) ----"
+                tail -n 60 "$f"
+            done
+        fi
+        ;;
+    lint)
+        idem_log "suite lint"
+        if bash "$IDEM_TOP/test/lint.sh"; then record lint 1 0; else record lint 0 1; fi
+        ;;
+    *)
+        idem_die "unknown suite: $suite"
+        ;;
+    esac
+done
+
+echo
+echo "== summary"
+for line in "${summary[@]}"; do echo "   $line"; done
+echo
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

@@ -10,14 +10,11 @@ EXTENSION = idempotency
 EXTVERSION := $(shell sed -n "s/^default_version *= *'\([^']*\)'.*/\1/p" $(dir $(lastword $(MAKEFILE_LIST)))idempotency.control)
 
 MODULE_big = idempotency
-OBJS = \
-	src/idempotency.o \
-	src/query.o \
-	src/records.o
+OBJS = $(patsubst %.c,%.o,$(sort $(wildcard src/*.c)))
 
-# Sources of the current version's install script, in order.
-SQL_SOURCES = \
-	sql/idempotency.sql
+# Sources of the current version's install script: the core first, then
+# one file per concern (sql/idempotency_<concern>.sql) in name order.
+SQL_SOURCES = sql/idempotency.sql $(sort $(wildcard sql/idempotency_*.sql))
 
 DATA_built = sql/idempotency--$(EXTVERSION).sql
 DATA = $(filter-out $(DATA_built),$(wildcard sql/idempotency--*--*.sql))
@@ -51,6 +48,8 @@ endif
 
 sql/idempotency--$(EXTVERSION).sql: $(SQL_SOURCES) idempotency.control
 	cat $(SQL_SOURCES) > $@
+
+$(OBJS): src/idempotency.h src/compat.h
 
 demo:
 	@bash test/demo.sh

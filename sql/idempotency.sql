@@ -26,7 +26,7 @@ CREATE TABLE @extschema@.idem_records (
     attempts     pg_catalog.int4 NOT NULL DEFAULT 0,
     CONSTRAINT idem_records_pkey PRIMARY KEY (scope, key),
     CONSTRAINT idem_records_status_check CHECK (status OPERATOR(pg_catalog.=) ANY
-        ('{claimed,in_progress,completed,failed,retryable}'::pg_catalog.text[]))
+        ('{claimed,in_progress,completed,failed,retryable,issued,consumed}'::pg_catalog.text[]))
 );
 
 CREATE INDEX idem_records_expires_at_idx

@@ -10,6 +10,7 @@
  *	    query.c        the per-backend cache of prepared SPI plans
  *	    records.c      idem_claim, idem_complete, idem_lookup,
  *	                   idem_release, idem_purge
+ *	    (each further file adds a line here)
  *
  *-------------------------------------------------------------------------
  */
@@ -43,6 +44,8 @@
 #define IDEM_STATUS_COMPLETED	"completed"
 #define IDEM_STATUS_FAILED		"failed"
 #define IDEM_STATUS_RETRYABLE	"retryable"
+#define IDEM_STATUS_ISSUED		"issued"	/* one-time token, not yet used */
+#define IDEM_STATUS_CONSUMED	"consumed"	/* one-time token, used */
 
 /* GUCs (idempotency.c) */
 extern bool idem_log_duplicates;
@@ -60,6 +63,8 @@ extern bytea *idem_fingerprint_digest(FunctionCallInfo fcinfo, int argno);
 extern char *idem_timestamptz_cstring(TimestampTz ts);
 
 /* records.c */
+extern bool idem_claim_one(Oid nsp, text *scope, text *key, TimestampTz now,
+						   TimestampTz expires, bytea *fp, const char *fname);
 extern void idem_fingerprint_mismatch(const char *fname, text *scope, text *key,
 									  TimestampTz first_claimed);
 

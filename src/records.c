@@ -165,28 +165,20 @@ idem_fingerprint_mismatch(const char *fname, text *scope, text *key,
 }
 
 /*
- * The body of both idem_claim variants.  Returns true when this
- * transaction now owns the key.
+ * Claim one (scope, key) for the current transaction: the heart of
+ * idem_claim, shared with idem_claim_many.  The caller has validated the
+ * arguments, checked the transaction is writable and called SPI_connect.
+ * now and expires are the call's clock and the new record's expiry; fp is
+ * the fingerprint digest or NULL.  Returns true when this transaction now
+ * owns the key, false for a duplicate.  Errors as idem_claim.
  */
-static bool
-claim_internal(FunctionCallInfo fcinfo, text *scope, text *key,
-			   int ttl_argno, int fp_argno)
+bool
+idem_claim_one(Oid nsp, text *scope, text *key, TimestampTz now,
+			   TimestampTz expires, bytea *fp, const char *fname)
 {
-	const char *fname = "idem_claim";
-	Oid			nsp = idem_extension_schema(fcinfo);
-	TimestampTz now;
-	TimestampTz expires;
-	bytea	   *fp;
 	Datum		values[5];
 	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
-	bool		claimed = false;
 	int			invisible = 0;
-
-	idem_check_writable(fname);
-
-	now = GetCurrentTimestamp();
-	expires = idem_expiry(fcinfo, ttl_argno, now, fname);
-	fp = idem_fingerprint_digest(fcinfo, fp_argno);
 
 	values[0] = PointerGetDatum(scope);
 	values[1] = PointerGetDatum(key);
@@ -195,9 +187,6 @@ claim_internal(FunctionCallInfo fcinfo, text *scope, text *key,
 		nulls[2] = 'n';
 	values[3] = TimestampTzGetDatum(now);
 	values[4] = TimestampTzGetDatum(expires);
-
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
 
 	for (;;)
 	{
@@ -210,10 +199,7 @@ claim_internal(FunctionCallInfo fcinfo, text *scope, text *key,
 		bool		live;
 
 		if (idem_query_exec(&q_claim_insert, nsp, values, nulls, false, 0) == 1)
-		{
-			claimed = true;
-			break;
-		}
+			return true;
 
 		/* The key exists (or existed a moment ago): read it. */
 		if (idem_query_exec(&q_claim_read, nsp, values, NULL, false, 1) == 0)
@@ -260,18 +246,37 @@ claim_internal(FunctionCallInfo fcinfo, text *scope, text *key,
 								text_to_cstring(key), text_to_cstring(scope),
 								idem_timestamptz_cstring(created_at), status),
 						 errhidestmt(true)));
-			break;
+			return false;
 		}
 
 		/* Expired, retryable or abandoned: take it over. */
 		if (idem_query_exec(&q_claim_takeover, nsp, values, nulls, false, 0) == 1)
-		{
-			claimed = true;
-			break;
-		}
+			return true;
 		/* Somebody else changed it first; look again. */
 	}
+}
 
+/* The body of both idem_claim variants. */
+static bool
+claim_internal(FunctionCallInfo fcinfo, text *scope, text *key,
+			   int ttl_argno, int fp_argno)
+{
+	const char *fname = "idem_claim";
+	Oid			nsp = idem_extension_schema(fcinfo);
+	TimestampTz now;
+	TimestampTz expires;
+	bytea	   *fp;
+	bool		claimed;
+
+	idem_check_writable(fname);
+
+	now = GetCurrentTimestamp();
+	expires = idem_expiry(fcinfo, ttl_argno, now, fname);
+	fp = idem_fingerprint_digest(fcinfo, fp_argno);
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	claimed = idem_claim_one(nsp, scope, key, now, expires, fp, fname);
 	SPI_finish();
 	return claimed;
 }

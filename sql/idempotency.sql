@@ -24,6 +24,7 @@ CREATE TABLE @extschema@.idem_records (
     locked_until pg_catalog.timestamptz,
     token        pg_catalog.int8,
     attempts     pg_catalog.int4 NOT NULL DEFAULT 0,
+    lease        pg_catalog.interval,
     CONSTRAINT idem_records_pkey PRIMARY KEY (scope, key),
     CONSTRAINT idem_records_status_check CHECK (status OPERATOR(pg_catalog.=) ANY
         ('{claimed,in_progress,completed,failed,retryable,issued,consumed}'::pg_catalog.text[]))
@@ -38,6 +39,18 @@ COMMENT ON TABLE @extschema@.idem_records IS
 REVOKE ALL ON TABLE @extschema@.idem_records FROM PUBLIC;
 
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.idem_records', '');
+
+-- Fencing tokens of leases (idem_begin): one sequence, so a token is
+-- greater than every token issued before it, for any key, even across
+-- expiry and purge.  Dumped, so a restore never reissues a token.
+CREATE SEQUENCE @extschema@.idem_token_seq AS pg_catalog.int8 MINVALUE 1 NO CYCLE;
+
+COMMENT ON SEQUENCE @extschema@.idem_token_seq IS
+    'Fencing tokens for idem_begin leases';
+
+REVOKE ALL ON SEQUENCE @extschema@.idem_token_seq FROM PUBLIC;
+
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.idem_token_seq', '');
 
 -- The public shape of a record, returned by idem_lookup and idem_await.
 CREATE TYPE @extschema@.idem_record AS (

@@ -40,6 +40,7 @@ typedef struct TtlSetting
 static TtlSetting *default_ttl = NULL;
 
 bool		idem_log_duplicates = false;
+int			idem_max_attempts = 0;
 
 /*
  * Parse a TTL setting: a positive interval, or "infinity".  Never throws:
@@ -114,6 +115,19 @@ _PG_init(void)
 							 NULL,
 							 NULL,
 							 NULL);
+
+	DefineCustomIntVariable("idempotency.max_attempts",
+							"Retryable failures after which a leased record becomes permanently failed.",
+							"0 means unlimited.",
+							&idem_max_attempts,
+							0,
+							0,
+							INT_MAX,
+							PGC_USERSET,
+							0,
+							NULL,
+							NULL,
+							NULL);
 
 	MarkGUCPrefixReserved("idempotency");
 

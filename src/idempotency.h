@@ -10,6 +10,8 @@
  *	    query.c        the per-backend cache of prepared SPI plans
  *	    records.c      idem_claim, idem_complete, idem_lookup,
  *	                   idem_release, idem_purge
+ *	    lease.c        idem_begin, idem_heartbeat, idem_finish, idem_fail,
+ *	                   idem_await: two-phase records with fenced leases
  *	    (each further file adds a line here)
  *
  *-------------------------------------------------------------------------
@@ -49,6 +51,18 @@
 
 /* GUCs (idempotency.c) */
 extern bool idem_log_duplicates;
+extern int	idem_max_attempts;
+
+/*
+ * SQL condition under which a live record may be taken over by a new
+ * owner: it expired, it failed with a retryable error, or its lease ran
+ * out.  The alias is r and $4 is the caller's "now".
+ */
+#define IDEM_CLAIMABLE_SQL \
+	"(r.expires_at OPERATOR(pg_catalog.<=) $4" \
+	" OR r.status OPERATOR(pg_catalog.=) 'retryable'" \
+	" OR (r.status OPERATOR(pg_catalog.=) 'in_progress'" \
+	"     AND r.locked_until OPERATOR(pg_catalog.<=) $4))"
 
 /* idempotency.c: validation shared by the SQL-callable functions */
 extern text *idem_arg_scope(FunctionCallInfo fcinfo, int argno, const char *fname);

@@ -1,0 +1,612 @@
+/*-------------------------------------------------------------------------
+ *
+ * lease.c
+ *	  Two-phase records for work with outside side effects: idem_begin,
+ *	  idem_heartbeat, idem_finish, idem_fail and idem_await.
+ *
+ *	  Model: idem_begin, committed on its own, records the key as
+ *	  'in_progress' with a lease (locked_until) and a fencing token taken
+ *	  from idem_token_seq, so every token is greater than any issued before
+ *	  it for any key, across expiry, purge and dump/restore.  Only the
+ *	  holder of the current token may heartbeat, finish or fail the record;
+ *	  every such call is one UPDATE whose WHERE clause names the token, so
+ *	  a stale worker whose lease was taken over changes nothing and gets
+ *	  ID003 (lease lost).
+ *
+ *	  Locking and visibility: the dedup decision is made by the primary key
+ *	  through INSERT ... ON CONFLICT DO NOTHING, exactly as in idem_claim
+ *	  (records.c).  Takeovers (expired record, retryable failure, lease run
+ *	  out) are UPDATEs that re-check the takeover condition on the newest
+ *	  row version, so of two racing workers exactly one acquires.
+ *	  idem_await holds no lock while it waits: it polls the record with a
+ *	  fresh snapshot per look (READ COMMITTED), sleeping on its latch, and
+ *	  stays interruptible (statement_timeout, cancel, postmaster death).
+ *
+ *	  Memory: everything is in the caller's context or SPI's, which
+ *	  SPI_finish releases; results are copied out with SPI_datumTransfer.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "storage/latch.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+#include "utils/timestamp.h"
+
+#include "idempotency.h"
+
+PG_FUNCTION_INFO_V1(idem_begin);
+PG_FUNCTION_INFO_V1(idem_heartbeat);
+PG_FUNCTION_INFO_V1(idem_finish);
+PG_FUNCTION_INFO_V1(idem_fail);
+PG_FUNCTION_INFO_V1(idem_await);
+
+#define BEGIN_MAX_INVISIBLE_RETRIES 10
+
+/* Shared by every token-checked UPDATE: the caller still holds the lease. */
+#define HOLDS_LEASE_SQL \
+	" WHERE r.scope OPERATOR(pg_catalog.=) $1 AND r.key OPERATOR(pg_catalog.=) $2" \
+	" AND r.status OPERATOR(pg_catalog.=) 'in_progress'" \
+	" AND r.token OPERATOR(pg_catalog.=) $3" \
+	" AND r.expires_at OPERATOR(pg_catalog.>) $4"
+
+static IdemQuery q_begin_insert = {
+	"INSERT INTO @extschema@.idem_records AS r"
+	" (scope, key, status, fingerprint, created_at, updated_at, expires_at,"
+	"  locked_until, token, attempts, lease)"
+	" VALUES ($1, $2, 'in_progress', $3, $4, $4, $5, $6,"
+	"  pg_catalog.nextval('@extschema@.idem_token_seq'::pg_catalog.regclass), 1, $7)"
+	" ON CONFLICT (scope, key) DO NOTHING"
+	" RETURNING r.token",
+	7, {TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
+	TIMESTAMPTZOID, INTERVALOID}
+};
+
+static IdemQuery q_begin_read = {
+	"SELECT r.status, r.fingerprint, r.created_at, r.expires_at,"
+	"       r.locked_until, r.result"
+	" FROM @extschema@.idem_records r"
+	" WHERE r.scope OPERATOR(pg_catalog.=) $1 AND r.key OPERATOR(pg_catalog.=) $2",
+	2, {TEXTOID, TEXTOID}
+};
+
+/* Take over an expired, retryable or abandoned record.  $4 is now. */
+static IdemQuery q_begin_takeover = {
+	"UPDATE @extschema@.idem_records r"
+	" SET status = 'in_progress', locked_until = $6, lease = $7,"
+	"     token = pg_catalog.nextval('@extschema@.idem_token_seq'::pg_catalog.regclass),"
+	"     updated_at = $4, result = NULL,"
+	"     attempts = CASE WHEN r.expires_at OPERATOR(pg_catalog.<=) $4 THEN 1"
+	"                ELSE r.attempts OPERATOR(pg_catalog.+) 1 END,"
+	"     created_at = CASE WHEN r.expires_at OPERATOR(pg_catalog.<=) $4 THEN $4"
+	"                  ELSE r.created_at END,"
+	"     expires_at = CASE WHEN r.expires_at OPERATOR(pg_catalog.<=) $4 THEN $5"
+	"                  ELSE r.expires_at END,"
+	"     fingerprint = CASE WHEN r.expires_at OPERATOR(pg_catalog.<=) $4 THEN $3"
+	"                   ELSE COALESCE(r.fingerprint, $3) END"
+	" WHERE r.scope OPERATOR(pg_catalog.=) $1 AND r.key OPERATOR(pg_catalog.=) $2"
+	" AND " IDEM_CLAIMABLE_SQL
+	" RETURNING r.token",
+	7, {TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
+	TIMESTAMPTZOID, INTERVALOID}
+};
+
+static IdemQuery q_heartbeat = {
+	"UPDATE @extschema@.idem_records r"
+	" SET locked_until = $4 OPERATOR(pg_catalog.+) COALESCE($5, r.lease),"
+	"     lease = COALESCE($5, r.lease), updated_at = $4"
+	HOLDS_LEASE_SQL
+	" RETURNING r.locked_until",
+	5, {TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID, INTERVALOID}
+};
+
+static IdemQuery q_finish = {
+	"UPDATE @extschema@.idem_records r"
+	" SET status = 'completed', result = $5, locked_until = NULL, updated_at = $4"
+	HOLDS_LEASE_SQL,
+	5, {TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID, JSONBOID}
+};
+
+static IdemQuery q_fail = {
+	"UPDATE @extschema@.idem_records r"
+	" SET status = CASE WHEN $6 AND ($7 OPERATOR(pg_catalog.=) 0"
+	"                  OR r.attempts OPERATOR(pg_catalog.<) $7)"
+	"             THEN 'retryable' ELSE 'failed' END,"
+	"     result = $5, locked_until = NULL, updated_at = $4"
+	HOLDS_LEASE_SQL,
+	7, {TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID, JSONBOID, BOOLOID, INT4OID}
+};
+
+static IdemQuery q_lease_state = {
+	"SELECT r.status, r.token, r.expires_at OPERATOR(pg_catalog.>) $3"
+	" FROM @extschema@.idem_records r"
+	" WHERE r.scope OPERATOR(pg_catalog.=) $1 AND r.key OPERATOR(pg_catalog.=) $2",
+	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}
+};
+
+static IdemQuery q_await_read = {
+	"SELECT ROW(r.scope, r.key, r.status, r.fingerprint, r.result,"
+	"           r.created_at, r.updated_at, r.expires_at,"
+	"           r.locked_until, r.token, r.attempts)::@extschema@.idem_record,"
+	"       r.status, r.locked_until"
+	" FROM @extschema@.idem_records r"
+	" WHERE r.scope OPERATOR(pg_catalog.=) $1 AND r.key OPERATOR(pg_catalog.=) $2"
+	" AND r.expires_at OPERATOR(pg_catalog.>) $3",
+	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}
+};
+
+static inline Datum
+spi_col(int col, bool *isnull)
+{
+	return SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, col, isnull);
+}
+
+static bool
+bytea_equal(bytea *a, bytea *b)
+{
+	return VARSIZE_ANY_EXHDR(a) == VARSIZE_ANY_EXHDR(b) &&
+		memcmp(VARDATA_ANY(a), VARDATA_ANY(b), VARSIZE_ANY_EXHDR(a)) == 0;
+}
+
+/* The token argument: not NULL. */
+static int64
+arg_token(FunctionCallInfo fcinfo, int argno, const char *fname)
+{
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s: token must not be null", fname),
+				 errhint("Pass the token idem_begin returned with outcome 'acquired'.")));
+	return PG_GETARG_INT64(argno);
+}
+
+/*
+ * Raise ID003 for a token-checked UPDATE that matched nothing, saying why.
+ * Must be called inside the SPI connection.
+ */
+static void
+lease_lost(Oid nsp, const char *fname, text *scope, text *key, int64 token,
+		   TimestampTz now)
+{
+	Datum		values[3];
+	bool		isnull;
+	char	   *why;
+
+	values[0] = PointerGetDatum(scope);
+	values[1] = PointerGetDatum(key);
+	values[2] = TimestampTzGetDatum(now);
+
+	if (idem_query_exec(&q_lease_state, nsp, values, NULL, false, 1) == 0 ||
+		!DatumGetBool(spi_col(3, &isnull)))
+		why = psprintf("Key \"%s\" in scope \"%s\" has no live record.",
+					   text_to_cstring(key), text_to_cstring(scope));
+	else
+	{
+		char	   *status = TextDatumGetCString(spi_col(1, &isnull));
+		Datum		cur = spi_col(2, &isnull);
+
+		if (strcmp(status, IDEM_STATUS_IN_PROGRESS) == 0 && !isnull)
+			why = psprintf("Key \"%s\" in scope \"%s\" is now leased with token " INT64_FORMAT ", not " INT64_FORMAT ".",
+						   text_to_cstring(key), text_to_cstring(scope),
+						   DatumGetInt64(cur), token);
+		else
+			why = psprintf("Key \"%s\" in scope \"%s\" is no longer in progress: its status is \"%s\".",
+						   text_to_cstring(key), text_to_cstring(scope), status);
+	}
+
+	ereport(ERROR,
+			(errcode(ERRCODE_IDEM_LEASE_LOST),
+			 errmsg("%s: lease lost", fname),
+			 errdetail_internal("%s", why),
+			 errhint("Another worker took the key over after the lease ran out, or the work was already finished; do not apply this worker's result.")));
+}
+
+/*
+ * idem_begin(scope text, key text, lease interval DEFAULT '5 minutes',
+ *            ttl interval DEFAULT NULL, fingerprint text DEFAULT NULL)
+ *   RETURNS TABLE (outcome text, token bigint, result jsonb)
+ *
+ * Start work on (scope, key) under a lease.  One row: 'acquired' with a
+ * new token; 'in_progress' (someone else holds a live lease); 'completed'
+ * with the stored result; 'failed' with the stored error.  Meant to be
+ * committed on its own.  Fails with 22004/22023/22001 (bad scope, key,
+ * lease or ttl, as idem_claim), 25006 (read-only), ID001 (fingerprint
+ * mismatch), 40001 (REPEATABLE READ/SERIALIZABLE conflict).
+ */
+Datum
+idem_begin(PG_FUNCTION_ARGS)
+{
+	const char *fname = "idem_begin";
+	text	   *scope = idem_arg_scope(fcinfo, 0, fname);
+	text	   *key = idem_arg_key(fcinfo, 1, fname);
+	Oid			nsp = idem_extension_schema(fcinfo);
+	TupleDesc	tupdesc;
+	TimestampTz now;
+	TimestampTz expires;
+	TimestampTz locked_until;
+	Interval   *lease;
+	bytea	   *fp;
+	Datum		values[7];
+	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	const char *outcome = NULL;
+	Datum		token = (Datum) 0;
+	bool		token_null = true;
+	Datum		result = (Datum) 0;
+	bool		result_null = true;
+	int			invisible = 0;
+	Datum		out[3];
+	bool		outnull[3];
+
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+
+	if (PG_ARGISNULL(2))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s: lease must not be null", fname)));
+	lease = PG_GETARG_INTERVAL_P(2);
+
+	idem_check_writable(fname);
+
+	now = GetCurrentTimestamp();
+	locked_until = idem_add_interval(now, lease, "lease", fname);
+	expires = idem_expiry(fcinfo, 3, now, fname);
+	fp = idem_fingerprint_digest(fcinfo, 4);
+
+	values[0] = PointerGetDatum(scope);
+	values[1] = PointerGetDatum(key);
+	values[2] = PointerGetDatum(fp);
+	if (fp == NULL)
+		nulls[2] = 'n';
+	values[3] = TimestampTzGetDatum(now);
+	values[4] = TimestampTzGetDatum(expires);
+	values[5] = TimestampTzGetDatum(locked_until);
+	values[6] = IntervalPGetDatum(lease);
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+
+	while (outcome == NULL)
+	{
+		bool		isnull;
+		char	   *status;
+		TimestampTz created_at;
+		TimestampTz expires_at;
+		TimestampTz lease_end;
+		bool		live;
+
+		if (idem_query_exec(&q_begin_insert, nsp, values, nulls, false, 0) == 1)
+		{
+			outcome = "acquired";
+			token = spi_col(1, &token_null);
+			break;
+		}
+
+		if (idem_query_exec(&q_begin_read, nsp, values, NULL, false, 1) == 0)
+		{
+			if (++invisible > BEGIN_MAX_INVISIBLE_RETRIES)
+				ereport(ERROR,
+						(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+						 errmsg("%s: a record for this key exists but is not visible to the current role",
+								fname),
+						 errdetail("Key \"%s\" in scope \"%s\" is held by a row that row-level security hides.",
+								   text_to_cstring(key), text_to_cstring(scope)),
+						 errhint("Check the row-level security policies on idem_records.")));
+			continue;
+		}
+
+		status = TextDatumGetCString(spi_col(1, &isnull));
+		created_at = DatumGetTimestampTz(spi_col(3, &isnull));
+		expires_at = DatumGetTimestampTz(spi_col(4, &isnull));
+		lease_end = DatumGetTimestampTz(spi_col(5, &isnull));
+		if (isnull)
+			lease_end = DT_NOBEGIN;
+		live = expires_at > now;
+
+		if (live && fp != NULL)
+		{
+			Datum		stored = spi_col(2, &isnull);
+
+			if (!isnull && !bytea_equal(fp, DatumGetByteaPP(stored)))
+				idem_fingerprint_mismatch(fname, scope, key, created_at);
+		}
+
+		if (live)
+		{
+			if (strcmp(status, IDEM_STATUS_FAILED) == 0)
+				outcome = "failed";
+			else if (strcmp(status, IDEM_STATUS_IN_PROGRESS) == 0 && lease_end > now)
+				outcome = "in_progress";
+			else if (strcmp(status, IDEM_STATUS_RETRYABLE) != 0 &&
+					 strcmp(status, IDEM_STATUS_IN_PROGRESS) != 0)
+				outcome = "completed";	/* completed, or claimed by idem_claim */
+
+			if (outcome != NULL)
+			{
+				if (strcmp(outcome, "in_progress") != 0)
+				{
+					result = spi_col(6, &result_null);
+					if (!result_null)
+						result = SPI_datumTransfer(result, false, -1);
+				}
+				if (idem_log_duplicates)
+					ereport(LOG,
+							(errmsg("idempotency: duplicate begin of key \"%s\" in scope \"%s\", first claimed at %s, status %s",
+									text_to_cstring(key), text_to_cstring(scope),
+									idem_timestamptz_cstring(created_at), status),
+							 errhidestmt(true)));
+				break;
+			}
+		}
+
+		/* Expired, retryable or abandoned: take it over. */
+		if (idem_query_exec(&q_begin_takeover, nsp, values, nulls, false, 0) == 1)
+		{
+			outcome = "acquired";
+			token = spi_col(1, &token_null);
+		}
+	}
+
+	SPI_finish();
+
+	out[0] = CStringGetTextDatum(outcome);
+	outnull[0] = false;
+	out[1] = token;
+	outnull[1] = token_null;
+	out[2] = result;
+	outnull[2] = result_null;
+
+	tupdesc = BlessTupleDesc(tupdesc);
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, out, outnull)));
+}
+
+/*
+ * idem_heartbeat(scope text, key text, token bigint,
+ *                lease interval DEFAULT NULL) RETURNS timestamptz
+ *
+ * Extend the lease to now + lease (NULL: the length last given) and
+ * return the new locked_until.  Fails with 22004 (NULL scope, key or
+ * token), 22023/22001 (bad key or scope, lease not positive), 25006
+ * (read-only), ID003 (lease lost: the token is no longer current).
+ */
+Datum
+idem_heartbeat(PG_FUNCTION_ARGS)
+{
+	const char *fname = "idem_heartbeat";
+	text	   *scope = idem_arg_scope(fcinfo, 0, fname);
+	text	   *key = idem_arg_key(fcinfo, 1, fname);
+	int64		token = arg_token(fcinfo, 2, fname);
+	Oid			nsp = idem_extension_schema(fcinfo);
+	TimestampTz now;
+	Datum		values[5];
+	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
+	TimestampTz until;
+	bool		isnull;
+
+	idem_check_writable(fname);
+	now = GetCurrentTimestamp();
+
+	values[0] = PointerGetDatum(scope);
+	values[1] = PointerGetDatum(key);
+	values[2] = Int64GetDatum(token);
+	values[3] = TimestampTzGetDatum(now);
+	if (PG_ARGISNULL(3))
+	{
+		values[4] = (Datum) 0;
+		nulls[4] = 'n';
+	}
+	else
+	{
+		Interval   *lease = PG_GETARG_INTERVAL_P(3);
+
+		(void) idem_add_interval(now, lease, "lease", fname);
+		values[4] = IntervalPGetDatum(lease);
+	}
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	if (idem_query_exec(&q_heartbeat, nsp, values, nulls, false, 0) == 0)
+		lease_lost(nsp, fname, scope, key, token, now);
+	until = DatumGetTimestampTz(spi_col(1, &isnull));
+	SPI_finish();
+
+	PG_RETURN_TIMESTAMPTZ(until);
+}
+
+/*
+ * idem_finish(scope text, key text, token bigint, result jsonb DEFAULT NULL)
+ *   RETURNS void
+ *
+ * Mark the leased record completed and store result for replay.  Fails
+ * with 22004/22023/22001 (bad arguments), 25006 (read-only), ID003 (lease
+ * lost).
+ */
+Datum
+idem_finish(PG_FUNCTION_ARGS)
+{
+	const char *fname = "idem_finish";
+	text	   *scope = idem_arg_scope(fcinfo, 0, fname);
+	text	   *key = idem_arg_key(fcinfo, 1, fname);
+	int64		token = arg_token(fcinfo, 2, fname);
+	Oid			nsp = idem_extension_schema(fcinfo);
+	TimestampTz now;
+	Datum		values[5];
+	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
+
+	idem_check_writable(fname);
+	now = GetCurrentTimestamp();
+
+	values[0] = PointerGetDatum(scope);
+	values[1] = PointerGetDatum(key);
+	values[2] = Int64GetDatum(token);
+	values[3] = TimestampTzGetDatum(now);
+	if (PG_ARGISNULL(3))
+	{
+		values[4] = (Datum) 0;
+		nulls[4] = 'n';
+	}
+	else
+		values[4] = PointerGetDatum(PG_GETARG_JSONB_P(3));
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	if (idem_query_exec(&q_finish, nsp, values, nulls, false, 0) == 0)
+		lease_lost(nsp, fname, scope, key, token, now);
+	SPI_finish();
+
+	PG_RETURN_VOID();
+}
+
+/*
+ * idem_fail(scope text, key text, token bigint, error jsonb DEFAULT NULL,
+ *           retryable boolean DEFAULT true) RETURNS void
+ *
+ * End the lease with a failure.  Retryable: the key is free for the next
+ * idem_begin or idem_claim (status 'retryable'), unless
+ * idempotency.max_attempts is set and reached, when the record becomes
+ * 'failed'.  Not retryable: status 'failed' with the error kept for
+ * replay.  Fails with 22004 (NULL scope, key, token or retryable),
+ * 22023/22001, 25006 (read-only), ID003 (lease lost).
+ */
+Datum
+idem_fail(PG_FUNCTION_ARGS)
+{
+	const char *fname = "idem_fail";
+	text	   *scope = idem_arg_scope(fcinfo, 0, fname);
+	text	   *key = idem_arg_key(fcinfo, 1, fname);
+	int64		token = arg_token(fcinfo, 2, fname);
+	Oid			nsp = idem_extension_schema(fcinfo);
+	TimestampTz now;
+	Datum		values[7];
+	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
+
+	if (PG_ARGISNULL(4))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s: retryable must not be null", fname)));
+
+	idem_check_writable(fname);
+	now = GetCurrentTimestamp();
+
+	values[0] = PointerGetDatum(scope);
+	values[1] = PointerGetDatum(key);
+	values[2] = Int64GetDatum(token);
+	values[3] = TimestampTzGetDatum(now);
+	if (PG_ARGISNULL(3))
+	{
+		values[4] = (Datum) 0;
+		nulls[4] = 'n';
+	}
+	else
+		values[4] = PointerGetDatum(PG_GETARG_JSONB_P(3));
+	values[5] = BoolGetDatum(PG_GETARG_BOOL(4));
+	values[6] = Int32GetDatum(idem_max_attempts);
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	if (idem_query_exec(&q_fail, nsp, values, nulls, false, 0) == 0)
+		lease_lost(nsp, fname, scope, key, token, now);
+	SPI_finish();
+
+	PG_RETURN_VOID();
+}
+
+/*
+ * idem_await(scope text, key text, timeout interval DEFAULT '30 seconds')
+ *   RETURNS idem_record
+ *
+ * Wait, holding no lock, until the record is no longer in progress, its
+ * lease runs out, or timeout passes; return the record as it then stands
+ * (NULL when there is no live record).  Needs READ COMMITTED, where each
+ * look takes a fresh snapshot.  Fails with 22004/22023/22001 (bad
+ * arguments; timeout must not be negative), 25000 (REPEATABLE READ or
+ * SERIALIZABLE), 57014 (statement_timeout or cancel).
+ */
+Datum
+idem_await(PG_FUNCTION_ARGS)
+{
+	const char *fname = "idem_await";
+	text	   *scope = idem_arg_scope(fcinfo, 0, fname);
+	text	   *key = idem_arg_key(fcinfo, 1, fname);
+	Oid			nsp = idem_extension_schema(fcinfo);
+	TimestampTz deadline;
+	Datum		values[3];
+	Datum		result = (Datum) 0;
+	bool		isnull = true;
+	long		nap_ms = 1;
+
+	if (PG_ARGISNULL(2))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s: timeout must not be null", fname)));
+
+	if (IsolationUsesXactSnapshot())
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_TRANSACTION_STATE),
+				 errmsg("%s: cannot wait in a REPEATABLE READ or SERIALIZABLE transaction", fname),
+				 errdetail("The transaction snapshot would never show the record change."),
+				 errhint("Call idem_await in autocommit or in a READ COMMITTED transaction.")));
+
+	{
+		Interval   *timeout = PG_GETARG_INTERVAL_P(2);
+		TimestampTz start = GetCurrentTimestamp();
+
+		if (timeout->month == 0 && timeout->day == 0 && timeout->time == 0)
+			deadline = start;
+		else
+			deadline = idem_add_interval(start, timeout, "timeout", fname);
+	}
+
+	values[0] = PointerGetDatum(scope);
+	values[1] = PointerGetDatum(key);
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+
+	for (;;)
+	{
+		TimestampTz now = GetCurrentTimestamp();
+		bool		snull;
+		char	   *status;
+		TimestampTz lease_end;
+		long		wait_ms;
+
+		values[2] = TimestampTzGetDatum(now);
+		if (idem_query_exec(&q_await_read, nsp, values, NULL, false, 1) == 0)
+		{
+			isnull = true;
+			break;
+		}
+
+		status = TextDatumGetCString(spi_col(2, &snull));
+		lease_end = DatumGetTimestampTz(spi_col(3, &snull));
+		if (strcmp(status, IDEM_STATUS_IN_PROGRESS) != 0 || snull ||
+			lease_end <= now || now >= deadline)
+		{
+			result = SPI_datumTransfer(spi_col(1, &isnull), false, -1);
+			break;
+		}
+
+		/* Sleep until the next look: short at first, then up to 100 ms. */
+		wait_ms = Min(nap_ms, 100);
+		wait_ms = Min(wait_ms, (long) ((Min(deadline, lease_end) - now) / 1000) + 1);
+		nap_ms *= 2;
+
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 wait_ms, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+
+	SPI_finish();
+
+	if (isnull)
+		PG_RETURN_NULL();
+	PG_RETURN_DATUM(result);
+}

@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# `make demo`: a payment callback delivered three times, two of them at the
+# same moment, credits the order exactly once.  Starts a throwaway cluster,
+# tells the story, and cleans up (also when interrupted).
+set -u
+. "$(dirname "$0")/harness.sh"
+
+idem_setup
+idem_build_install
+
+WORK=$(idem_workdir)
+cleanup() { idem_cluster_stop; rm -rf "$WORK"; }
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+idem_log "starting a throwaway PostgreSQL cluster"
+idem_cluster_start "$WORK/cluster"
+idem_psql -d postgres -c "CREATE DATABASE shop" >/dev/null
+psql_shop() { idem_psql -d shop "$@"; }
+
+psql_shop >/dev/null <<'SQL' || idem_die "could not set up the demo database"
+CREATE EXTENSION idempotency;
+
+CREATE TABLE orders (
+    id         int PRIMARY KEY,
+    amount     numeric NOT NULL,
+    status     text NOT NULL,
+    paid_total numeric NOT NULL DEFAULT 0
+);
+CREATE TABLE ledger (
+    event_id text,
+    order_id int,
+    amount   numeric,
+    at       timestamptz DEFAULT now()
+);
+INSERT INTO orders VALUES (42, 100.00, 'pending_payment'), (43, 100.00, 'pending_payment');
+
+-- What many applications write: check the status, then act.  Two
+-- deliveries that arrive together both see 'pending_payment'.
+CREATE FUNCTION naive_payment_callback(p_event text, p_order int, p_amount numeric)
+RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+    IF (SELECT status FROM orders WHERE id = p_order) <> 'pending_payment' THEN
+        RETURN 'already paid: ignored';
+    END IF;
+    PERFORM pg_sleep(0.5);                 -- the gateway call, the business logic...
+    UPDATE orders SET paid_total = paid_total + p_amount, status = 'paid' WHERE id = p_order;
+    INSERT INTO ledger VALUES (p_event, p_order, p_amount);
+    RETURN 'processed: credited ' || p_amount;
+END $$;
+
+-- The same handler with one line added: the dedup mark is written in the
+-- handler's own transaction, so it commits or rolls back with the credit.
+CREATE FUNCTION payment_callback(p_event text, p_order int, p_amount numeric)
+RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT idem_claim('payment-callback', p_event,
+                      fingerprint => jsonb_build_object('order', p_order, 'amount', p_amount)::text) THEN
+        RETURN 'duplicate: ignored';
+    END IF;
+    PERFORM pg_sleep(0.5);                 -- the gateway call, the business logic...
+    UPDATE orders SET paid_total = paid_total + p_amount, status = 'paid' WHERE id = p_order;
+    INSERT INTO ledger VALUES (p_event, p_order, p_amount);
+    RETURN 'processed: credited ' || p_amount;
+END $$;
+SQL
+
+deliver() { # label function event order
+    local out
+    out=$(psql_shop -tA -c "SELECT $2('$3', $4, 100.00)" 2>&1)
+    printf '   %-34s -> %s\n' "$1" "$out"
+}
+
+story() { # function order title
+    local fn=$1 order=$2
+    echo
+    echo "$3"
+    echo "   The gateway sends callback evt_$order three times: twice at the same moment, once later."
+    deliver "delivery 1 (concurrent)" "$fn" "evt_$order" "$order" &
+    local p1=$!
+    deliver "delivery 2 (concurrent)" "$fn" "evt_$order" "$order" &
+    local p2=$!
+    wait $p1 $p2
+    deliver "delivery 3 (a retry, later)" "$fn" "evt_$order" "$order"
+    local total credits
+    total=$(psql_shop -tA -c "SELECT paid_total FROM orders WHERE id = $order")
+    credits=$(psql_shop -tA -c "SELECT count(*) FROM ledger WHERE order_id = $order")
+    echo "   Order $order costs 100.00; the customer was credited $total in $credits ledger entries."
+    if [ "$credits" = 1 ]; then
+        echo "   => Credited exactly once."
+    else
+        echo "   => Credited $credits times: a double charge."
+    fi
+}
+
+story naive_payment_callback 43 "1) A hand-written check-then-act handler:"
+story payment_callback 42 "2) The same handler guarded by idem_claim('payment-callback', event_id):"
+
+echo
+echo "   The record kept for the event (scope, key, status, first claimed):"
+psql_shop -tA -F ' | ' -c "SELECT scope, key, status, created_at::timestamp(0) FROM idem_records" \
+    | sed 's/^/     /'
+
+ok=$(psql_shop -tA -c "SELECT count(*) FROM ledger WHERE order_id = 42")
+echo
+if [ "$ok" = 1 ]; then
+    echo "Demo finished: with idem_claim, three deliveries of one payment credited the order exactly once."
+else
+    echo "Demo FAILED: the guarded handler credited order 42 $ok times."
+    exit 1
+fi

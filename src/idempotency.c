@@ -51,6 +51,7 @@ check_default_ttl(char **newval, void **extra, GucSource source)
 {
 	TtlSetting *parsed;
 	Interval	ttl;
+	Interval	zero;
 
 	parsed = (TtlSetting *) malloc(sizeof(TtlSetting));
 	if (parsed == NULL)
@@ -72,8 +73,15 @@ check_default_ttl(char **newval, void **extra, GucSource source)
 		return false;
 	}
 
-	if (ttl.month < 0 || ttl.day < 0 || ttl.time < 0 ||
-		(ttl.month == 0 && ttl.day == 0 && ttl.time == 0))
+	/*
+	 * Positive as a whole, as idem_claim's ttl argument: '1 day -1 hour' is
+	 * fine.  (Months count as 30 days here; idem_add_interval still checks
+	 * each expiry it computes.)
+	 */
+	memset(&zero, 0, sizeof(zero));
+	if (!DatumGetBool(DirectFunctionCall2(interval_gt,
+										  IntervalPGetDatum(&ttl),
+										  IntervalPGetDatum(&zero))))
 	{
 		free(parsed);
 		GUC_check_errdetail("The default TTL must be positive.");
@@ -204,14 +212,19 @@ idem_check_writable(const char *fname)
 }
 
 /*
- * base + span, failing with 22023 unless the result is later than base.
- * Out-of-range results fail in timestamptz_pl_interval with 22008.
+ * base + span, failing with 22023 unless the result is later than base
+ * and within the range of timestamptz.  (timestamptz_pl_interval reports
+ * an out-of-range result as 22008 "timestamp out of range", which names
+ * neither the function nor the argument; that error is replaced.  Nothing
+ * runs after the catch but the new ereport, so no subtransaction is
+ * needed.)
  */
 TimestampTz
 idem_add_interval(TimestampTz base, Interval *span, const char *what,
 				  const char *fname)
 {
-	TimestampTz result;
+	MemoryContext oldcxt = CurrentMemoryContext;
+	volatile TimestampTz result = 0;
 
 	if (IDEM_INTERVAL_IS_INFINITE(span))
 	{
@@ -223,9 +236,34 @@ idem_add_interval(TimestampTz base, Interval *span, const char *what,
 				 errdetail("The %s given was -infinity.", what)));
 	}
 
-	result = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
-													 TimestampTzGetDatum(base),
-													 IntervalPGetDatum(span)));
+	PG_TRY();
+	{
+		result = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
+														 TimestampTzGetDatum(base),
+														 IntervalPGetDatum(span)));
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(oldcxt);
+		edata = CopyErrorData();
+		if (edata->sqlerrcode != ERRCODE_DATETIME_VALUE_OUT_OF_RANGE)
+			PG_RE_THROW();
+		FlushErrorState();
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s: %s is out of range", fname, what),
+				 errdetail("The %s given was %s; the resulting time is outside the range of timestamptz.",
+						   what,
+						   DatumGetCString(DirectFunctionCall1(interval_out,
+															   IntervalPGetDatum(span)))),
+				 strcmp(what, "ttl") == 0 &&
+				 span->month >= 0 && span->day >= 0 && span->time >= 0 ?
+				 errhint("To keep keys forever, set idempotency.default_ttl to 'infinity' and pass no ttl.") : 0));
+	}
+	PG_END_TRY();
+
 	if (result <= base)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -238,14 +276,15 @@ idem_add_interval(TimestampTz base, Interval *span, const char *what,
 
 /*
  * The expiry of a record written now: now + ttl argument, or now +
- * idempotency.default_ttl when the argument is NULL.  'infinity' gives
- * the timestamp infinity.
+ * idempotency.default_ttl when the argument is NULL or when argno is
+ * negative (a variant of the function without a ttl argument).
+ * 'infinity' gives the timestamp infinity.
  */
 TimestampTz
 idem_expiry(FunctionCallInfo fcinfo, int argno, TimestampTz now,
 			const char *fname)
 {
-	if (argno < PG_NARGS() && !PG_ARGISNULL(argno))
+	if (argno >= 0 && argno < PG_NARGS() && !PG_ARGISNULL(argno))
 		return idem_add_interval(now, PG_GETARG_INTERVAL_P(argno), "ttl", fname);
 
 	if (default_ttl == NULL)
@@ -257,7 +296,8 @@ idem_expiry(FunctionCallInfo fcinfo, int argno, TimestampTz now,
 
 /*
  * SHA-256 of the fingerprint argument as a bytea, or NULL when the
- * argument is NULL (or absent).  The raw request is never stored.
+ * argument is NULL or absent (argno negative or past the last argument).
+ * The raw request is never stored.
  */
 bytea *
 idem_fingerprint_digest(FunctionCallInfo fcinfo, int argno)
@@ -265,7 +305,7 @@ idem_fingerprint_digest(FunctionCallInfo fcinfo, int argno)
 	text	   *fp;
 	bytea	   *digest;
 
-	if (argno >= PG_NARGS() || PG_ARGISNULL(argno))
+	if (argno < 0 || argno >= PG_NARGS() || PG_ARGISNULL(argno))
 		return NULL;
 
 	fp = PG_GETARG_TEXT_PP(argno);

@@ -12,6 +12,7 @@
  *	                   idem_release, idem_purge
  *	    lease.c        idem_begin, idem_heartbeat, idem_finish, idem_fail,
  *	                   idem_await: two-phase records with fenced leases
+ *	    machine.c, guard.c  state machines and their cache; table guards
  *	    (each further file adds a line here)
  *
  *-------------------------------------------------------------------------
@@ -104,5 +105,33 @@ extern SPIPlanPtr idem_query_plan(IdemQuery *q, Oid nsp);
 extern int	idem_query_exec(IdemQuery *q, Oid nsp, Datum *values,
 							const char *nulls, bool read_only, long count);
 extern void idem_query_init(void);
+
+/* machine.c, guard.c */
+
+/* Limit on machine names, in bytes (a CHECK on idem_machines says the same). */
+#define IDEM_MAX_MACHINE_BYTES	63
+
+/*
+ * A compiled state machine.  When idem_machine_get sets *cached, the
+ * machine belongs to the per-backend cache in machine.c and stays valid
+ * until idem_machine_generation changes (a definition changed, in any
+ * session); otherwise it lives in the caller's memory context and is for
+ * the current call only.
+ */
+typedef struct IdemMachine IdemMachine;
+
+extern uint64 idem_machine_generation;
+
+extern void idem_check_machine_name(const char *name, int len, const char *fname);
+extern IdemMachine *idem_machine_get(Oid nsp, const char *name, int len,
+									 const char *fname, bool *cached);
+extern const char *idem_machine_name(const IdemMachine *m);
+extern int	idem_machine_state(const IdemMachine *m, const char *state, int len);
+extern bool idem_machine_is_initial(const IdemMachine *m, int state);
+extern bool idem_machine_allows(const IdemMachine *m, int from, int to);
+extern char *idem_machine_state_list(const IdemMachine *m);
+extern char *idem_machine_initial_list(const IdemMachine *m);
+extern char *idem_machine_targets_hint(const IdemMachine *m, int from);
+extern char *idem_guards_of_machine(Oid nsp, const char *machine);
 
 #endif							/* IDEMPOTENCY_H */

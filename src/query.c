@@ -21,6 +21,12 @@
  *	  table.  A syscache callback on pg_proc clears it, so DROP EXTENSION
  *	  followed by CREATE EXTENSION ... SCHEMA other is seen at once; a plan
  *	  whose schema differs from the caller's is freed and prepared again.
+ *	  The schema's *name* is baked into each plan's text, and the plan
+ *	  cache re-parses that text whenever it invalidates the plan, so a
+ *	  syscache callback on pg_namespace (ALTER SCHEMA ... RENAME) marks
+ *	  every prepared query stale (nsp = InvalidOid); it is prepared again,
+ *	  with the new name, on its next use.  The callback only writes that
+ *	  field: a plan is never freed from inside an invalidation.
  *
  *	  Memory: plans live in the memory contexts SPI_keepplan gives them
  *	  (children of CacheMemoryContext); the query text is built in the
@@ -32,6 +38,7 @@
 
 #include "catalog/pg_namespace.h"
 #include "lib/stringinfo.h"
+#include "nodes/pg_list.h"
 #include "utils/builtins.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
@@ -49,10 +56,23 @@ typedef struct SchemaCacheEntry
 
 static SchemaCacheEntry schema_cache[SCHEMA_CACHE_SIZE];
 
+/* Every IdemQuery that has been prepared in this backend (static structs). */
+static List *prepared_queries = NIL;
+
 static void
 schema_cache_reset(Datum arg, int cacheid, uint32 hashvalue)
 {
 	memset(schema_cache, 0, sizeof(schema_cache));
+}
+
+/* A schema was renamed, dropped or changed: re-prepare every query. */
+static void
+prepared_queries_reset(Datum arg, int cacheid, uint32 hashvalue)
+{
+	ListCell   *lc;
+
+	foreach(lc, prepared_queries)
+		((IdemQuery *) lfirst(lc))->nsp = InvalidOid;
 }
 
 /* Called once from _PG_init. */
@@ -60,6 +80,7 @@ void
 idem_query_init(void)
 {
 	CacheRegisterSyscacheCallback(PROCOID, schema_cache_reset, (Datum) 0);
+	CacheRegisterSyscacheCallback(NAMESPACEOID, prepared_queries_reset, (Datum) 0);
 }
 
 /*
@@ -139,6 +160,14 @@ idem_query_plan(IdemQuery *q, Oid nsp)
 	if (SPI_keepplan(plan) != 0)
 		elog(ERROR, "SPI_keepplan failed");
 	pfree(sql);
+
+	if (!list_member_ptr(prepared_queries, q))
+	{
+		MemoryContext oldcxt = MemoryContextSwitchTo(TopMemoryContext);
+
+		prepared_queries = lappend(prepared_queries, q);
+		MemoryContextSwitchTo(oldcxt);
+	}
 
 	q->plan = plan;
 	q->nsp = nsp;

@@ -1,7 +1,10 @@
 # Makefile for the idempotency PostgreSQL extension (PGXS).
 #
-# The version lives in idempotency.control only; the install script
-# sql/idempotency--$(EXTVERSION).sql is assembled from the sources below.
+# The version lives in idempotency.control only.  The current version's
+# install script is assembled from the sources below into
+# build/idempotency--$(EXTVERSION).sql; every committed
+# sql/idempotency--*.sql (the frozen scripts of earlier releases and the
+# upgrade scripts) is installed as it is.
 #
 # This file must parse without pg_config (a fresh machine has none yet):
 # `make demo` and `make test` install what is missing first.
@@ -16,8 +19,8 @@ OBJS = $(patsubst %.c,%.o,$(sort $(wildcard src/*.c)))
 # one file per concern (sql/idempotency_<concern>.sql) in name order.
 SQL_SOURCES = sql/idempotency.sql $(sort $(wildcard sql/idempotency_*.sql))
 
-DATA_built = sql/idempotency--$(EXTVERSION).sql
-DATA = $(filter-out $(DATA_built),$(wildcard sql/idempotency--*--*.sql))
+DATA_built = build/idempotency--$(EXTVERSION).sql
+DATA = $(wildcard sql/idempotency--*.sql)
 
 REGRESS = $(sort $(notdir $(basename $(wildcard test/sql/*.sql))))
 REGRESS_OPTS = --inputdir=test --load-extension=$(EXTENSION)
@@ -46,7 +49,8 @@ all:
 	@exit 1
 endif
 
-sql/idempotency--$(EXTVERSION).sql: $(SQL_SOURCES) idempotency.control
+build/idempotency--$(EXTVERSION).sql: $(SQL_SOURCES) idempotency.control
+	@mkdir -p build
 	cat $(SQL_SOURCES) > $@
 
 $(OBJS): src/idempotency.h src/compat.h

@@ -4,6 +4,7 @@
 #   regress    pg_regress files in test/sql, outputs in expected/
 #   isolation  isolation specs in test/specs, outputs in expected/
 #   tap        TAP tests in test/t (each starts its own clusters)
+#   examples   the client examples in examples/ and the META.json check
 # Prints a summary and exits non-zero when anything failed.
 #
 # Usage: bash test/run.sh [suite...]     (default: every suite)
@@ -11,7 +12,7 @@ set -u
 . "$(dirname "$0")/harness.sh"
 
 suites=("$@")
-[ ${#suites[@]} -gt 0 ] || suites=(regress isolation tap)
+[ ${#suites[@]} -gt 0 ] || suites=(regress isolation tap examples)
 
 idem_setup
 idem_build_install
@@ -111,6 +112,15 @@ for suite in "${suites[@]}"; do
                 tail -n 60 "$f"
             done
         fi
+        ;;
+    examples)
+        [ -n "${IDEM_PGDATA:-}" ] || idem_cluster_start "$WORK/cluster"
+        idem_log "suite examples"
+        bash "$IDEM_TOP/examples/run.sh" 2>&1 | tee "$WORK/examples.log"
+        rc=${PIPESTATUS[0]}
+        read -r p f < <(count_results "$WORK/examples.log")
+        if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
+        record examples "$p" "$f"
         ;;
     lint)
         idem_log "suite lint"

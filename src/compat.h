@@ -113,4 +113,33 @@ idem_parse_interval(const char *str, Interval *out)
 #endif
 }
 
+/*
+ * Shared memory and LWLock tranche requests of a library loaded by
+ * shared_preload_libraries.  From 15 on they must be made from
+ * shmem_request_hook; before 15, directly in _PG_init.  Call this from
+ * _PG_init: request() runs at the right moment either way.  *prev receives
+ * the hook it displaces (NULL before 15), which request() must call first.
+ */
+#include "miscadmin.h"
+
+typedef void (*idem_shmem_request_fn) (void);
+
+static inline void
+idem_shmem_request_install(idem_shmem_request_fn request,
+						   idem_shmem_request_fn *prev)
+{
+#if PG_VERSION_NUM >= 150000
+	*prev = shmem_request_hook;
+	shmem_request_hook = request;
+#else
+	*prev = NULL;
+	request();
+#endif
+}
+
+/* The predefined role pg_read_all_stats: renamed in 14. */
+#if PG_VERSION_NUM < 140000
+#define ROLE_PG_READ_ALL_STATS DEFAULT_ROLE_READ_ALL_STATS
+#endif
+
 #endif							/* IDEM_COMPAT_H */

@@ -137,6 +137,9 @@ _PG_init(void)
 							NULL,
 							NULL);
 
+	idem_stats_init();
+	idem_worker_init();
+
 	MarkGUCPrefixReserved("idempotency");
 
 	idem_query_init();

@@ -13,6 +13,11 @@
  *	    lease.c        idem_begin, idem_heartbeat, idem_finish, idem_fail,
  *	                   idem_await: two-phase records with fenced leases
  *	    machine.c, guard.c  state machines and their cache; table guards
+ *	    stats.c        idem_stats counters in shared memory, pending counts
+ *	                   per transaction, idem_stats, idem_stats_reset
+ *	    worker.c       background purge: launcher and per-database workers
+ *	    batch.c        idem_claim_many: batch claims in canonical key order
+ *	    token.c        idem_token_issue, idem_token_consume: one-time tokens
  *	    (each further file adds a line here)
  *
  *-------------------------------------------------------------------------
@@ -133,5 +138,32 @@ extern char *idem_machine_state_list(const IdemMachine *m);
 extern char *idem_machine_initial_list(const IdemMachine *m);
 extern char *idem_machine_targets_hint(const IdemMachine *m, int from);
 extern char *idem_guards_of_machine(Oid nsp, const char *machine);
+
+/* worker.c, stats.c */
+
+/*
+ * The counters of idem_stats, in the order of its columns.  See stats.c
+ * for when each is counted (effects only when the transaction commits,
+ * observations always).
+ */
+typedef enum IdemStatKind
+{
+	IDEM_STAT_CLAIMED,				/* acquired: idem_claim true, idem_begin 'acquired' */
+	IDEM_STAT_DUPLICATE,			/* a live record answered the call */
+	IDEM_STAT_IN_PROGRESS_CONFLICT, /* a live lease answered the call */
+	IDEM_STAT_FINGERPRINT_MISMATCH, /* ID001 raised */
+	IDEM_STAT_TAKEOVER,				/* of the claimed: took over an existing record */
+	IDEM_STAT_COMPLETED,			/* idem_complete, idem_finish */
+	IDEM_STAT_FAILED,				/* idem_fail */
+	IDEM_STAT_PURGED,				/* expired records deleted by idem_purge */
+	IDEM_STAT_NKINDS
+} IdemStatKind;
+
+extern void idem_stats_init(void);
+extern void idem_stats_add(text *scope, IdemStatKind kind, int64 n);
+extern void idem_stats_count_rows(IdemStatKind kind);
+#define idem_stats_count(scope, kind) idem_stats_add((scope), (kind), 1)
+
+extern void idem_worker_init(void);
 
 #endif							/* IDEMPOTENCY_H */

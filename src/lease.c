@@ -283,6 +283,7 @@ idem_begin(PG_FUNCTION_ARGS)
 
 		if (idem_query_exec(&q_begin_insert, nsp, values, nulls, false, 0) == 1)
 		{
+			idem_stats_count(scope, IDEM_STAT_CLAIMED);
 			outcome = "acquired";
 			token = spi_col(1, &token_null);
 			break;
@@ -329,6 +330,8 @@ idem_begin(PG_FUNCTION_ARGS)
 
 			if (outcome != NULL)
 			{
+				idem_stats_count(scope, strcmp(outcome, "in_progress") == 0 ?
+								 IDEM_STAT_IN_PROGRESS_CONFLICT : IDEM_STAT_DUPLICATE);
 				if (strcmp(outcome, "in_progress") != 0)
 				{
 					result = spi_col(6, &result_null);
@@ -348,6 +351,8 @@ idem_begin(PG_FUNCTION_ARGS)
 		/* Expired, retryable or abandoned: take it over. */
 		if (idem_query_exec(&q_begin_takeover, nsp, values, nulls, false, 0) == 1)
 		{
+			idem_stats_count(scope, IDEM_STAT_CLAIMED);
+			idem_stats_count(scope, IDEM_STAT_TAKEOVER);
 			outcome = "acquired";
 			token = spi_col(1, &token_null);
 		}
@@ -458,6 +463,7 @@ idem_finish(PG_FUNCTION_ARGS)
 		elog(ERROR, "SPI_connect failed");
 	if (idem_query_exec(&q_finish, nsp, values, nulls, false, 0) == 0)
 		lease_lost(nsp, fname, scope, key, token, now);
+	idem_stats_count(scope, IDEM_STAT_COMPLETED);
 	SPI_finish();
 
 	PG_RETURN_VOID();
@@ -512,6 +518,7 @@ idem_fail(PG_FUNCTION_ARGS)
 		elog(ERROR, "SPI_connect failed");
 	if (idem_query_exec(&q_fail, nsp, values, nulls, false, 0) == 0)
 		lease_lost(nsp, fname, scope, key, token, now);
+	idem_stats_count(scope, IDEM_STAT_FAILED);
 	SPI_finish();
 
 	PG_RETURN_VOID();

@@ -129,7 +129,8 @@ static IdemQuery q_purge = {
 	"   WHERE p.expires_at OPERATOR(pg_catalog.<=) $1"
 	"   ORDER BY p.expires_at LIMIT $2"
 	"   FOR UPDATE SKIP LOCKED))"
-	" AND r.expires_at OPERATOR(pg_catalog.<=) $1",
+	" AND r.expires_at OPERATOR(pg_catalog.<=) $1"
+	" RETURNING r.scope",
 	2, {TIMESTAMPTZOID, INT4OID}
 };
 
@@ -155,6 +156,7 @@ void
 idem_fingerprint_mismatch(const char *fname, text *scope, text *key,
 						  TimestampTz first_claimed)
 {
+	idem_stats_count(scope, IDEM_STAT_FINGERPRINT_MISMATCH);
 	ereport(ERROR,
 			(errcode(ERRCODE_IDEM_FINGERPRINT_MISMATCH),
 			 errmsg("%s: idempotency key reused with a different request", fname),
@@ -199,7 +201,10 @@ idem_claim_one(Oid nsp, text *scope, text *key, TimestampTz now,
 		bool		live;
 
 		if (idem_query_exec(&q_claim_insert, nsp, values, nulls, false, 0) == 1)
+		{
+			idem_stats_count(scope, IDEM_STAT_CLAIMED);
 			return true;
+		}
 
 		/* The key exists (or existed a moment ago): read it. */
 		if (idem_query_exec(&q_claim_read, nsp, values, NULL, false, 1) == 0)
@@ -246,12 +251,18 @@ idem_claim_one(Oid nsp, text *scope, text *key, TimestampTz now,
 								text_to_cstring(key), text_to_cstring(scope),
 								idem_timestamptz_cstring(created_at), status),
 						 errhidestmt(true)));
+			idem_stats_count(scope, strcmp(status, IDEM_STATUS_IN_PROGRESS) == 0 ?
+							 IDEM_STAT_IN_PROGRESS_CONFLICT : IDEM_STAT_DUPLICATE);
 			return false;
 		}
 
 		/* Expired, retryable or abandoned: take it over. */
 		if (idem_query_exec(&q_claim_takeover, nsp, values, nulls, false, 0) == 1)
+		{
+			idem_stats_count(scope, IDEM_STAT_CLAIMED);
+			idem_stats_count(scope, IDEM_STAT_TAKEOVER);
 			return true;
+		}
 		/* Somebody else changed it first; look again. */
 	}
 }
@@ -375,6 +386,7 @@ idem_complete(PG_FUNCTION_ARGS)
 						   TextDatumGetCString(spi_col(0, 1, &isnull))),
 				 errhint("Only a record claimed with idem_claim() can be completed; a leased record is finished with idem_finish().")));
 	}
+	idem_stats_count(scope, IDEM_STAT_COMPLETED);
 
 	SPI_finish();
 	PG_RETURN_VOID();
@@ -501,6 +513,7 @@ idem_purge(PG_FUNCTION_ARGS)
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	n = idem_query_exec(&q_purge, nsp, values, NULL, false, 0);
+	idem_stats_count_rows(IDEM_STAT_PURGED);
 	SPI_finish();
 
 	PG_RETURN_INT64((int64) n);

@@ -1,0 +1,643 @@
+/*-------------------------------------------------------------------------
+ *
+ * worker.c
+ *	  Background purge of expired records in the databases listed in
+ *	  idempotency.purge_databases: a launcher, and one short-lived purge
+ *	  worker per database and round.
+ *
+ *	  Processes.  With the library in shared_preload_libraries and a
+ *	  non-empty idempotency.purge_databases, _PG_init registers one static
+ *	  background worker, the launcher ("idempotency purge launcher"),
+ *	  connected to no database.  Every idempotency.purge_naptime it reads
+ *	  pg_database and, for each listed database that exists, accepts
+ *	  connections and has no purge worker running, starts a dynamic
+ *	  background worker ("idempotency purge worker").  That worker connects
+ *	  to its database, purges, and exits: a round.
+ *
+ *	  Why not one static worker per database, connected for good: a static
+ *	  worker whose database does not exist fails with FATAL while
+ *	  connecting and is restarted by the postmaster, forever (an error
+ *	  loop); and a session that never leaves its database makes DROP
+ *	  DATABASE, ALTER DATABASE ... RENAME and CREATE DATABASE ... TEMPLATE
+ *	  fail.  Here a missing database, or one that does not accept
+ *	  connections, gets one WARNING from the launcher, which then looks
+ *	  again every naptime, quietly, until that changes; and a database is
+ *	  only connected to while a round runs.
+ *
+ *	  A round: idem_purge(idempotency.purge_batch_size) in the schema of the
+ *	  extension, one batch per transaction, committed after each, until a
+ *	  batch removes fewer rows than the batch size; then one LOG line with
+ *	  the total when it is not zero.  idem_purge skips rows locked by other
+ *	  transactions, so a round never waits for a claim; a claim of a key in
+ *	  the batch being deleted waits for that short transaction only.  If
+ *	  the extension is not installed in the database: one WARNING, then
+ *	  quiet rounds until it is (the "warned" flag lives in shared memory,
+ *	  because each round is a new process).
+ *
+ *	  Errors: an ERROR in a background worker becomes FATAL (there is no
+ *	  outer error handler), which aborts the batch's transaction and ends
+ *	  the round's process; the launcher starts the next round one naptime
+ *	  later, so a persistent failure is reported once per naptime, never in
+ *	  a tight loop, and never restarts the server.  The launcher itself is
+ *	  restarted by the postmaster after LAUNCHER_RESTART_SECONDS if it dies.
+ *
+ *	  Uniqueness: shared memory holds one slot per listed database with the
+ *	  pid of its running purge worker (0: none).  A worker claims its slot
+ *	  with compare-and-swap before connecting and frees it at exit
+ *	  (on_shmem_exit; a crash reinitialises shared memory); a worker that
+ *	  finds its slot taken exits at once.  The launcher starts a worker only
+ *	  for a free slot and when the worker it started last has stopped, so a
+ *	  restarted launcher, which has lost its handles, starts no second one.
+ *
+ *	  Settings: idempotency.purge_databases is fixed at server start;
+ *	  purge_naptime and purge_batch_size are re-read on SIGHUP, by the
+ *	  launcher and between batches by a running round; naptime 0 stops
+ *	  purging (the launcher sleeps until the next reload).
+ *
+ *	  Signals: SIGHUP sets ConfigReloadPending; SIGTERM is die(), so both
+ *	  processes end at the next CHECK_FOR_INTERRUPTS, also in the middle of
+ *	  a batch (which then rolls back).  Every wait is WaitLatch with
+ *	  WL_EXIT_ON_PM_DEATH.
+ *
+ *	  Memory: the launcher allocates the database list and the worker
+ *	  handles once in TopMemoryContext and everything per round in a
+ *	  context reset after each; a round's allocations are per transaction.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/heapam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "catalog/pg_database.h"
+#include "catalog/pg_namespace.h"
+#include "catalog/pg_type.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "port/atomics.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/lwlock.h"
+#include "storage/shmem.h"
+#include "tcop/tcopprot.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+#include "utils/varlena.h"
+
+#include "idempotency.h"
+
+PGDLLEXPORT void idem_purge_launcher_main(Datum main_arg);
+PGDLLEXPORT void idem_purge_worker_main(Datum main_arg);
+
+#define LAUNCHER_TYPE	"idempotency purge launcher"
+#define WORKER_TYPE		"idempotency purge worker"
+#define LAUNCHER_RESTART_SECONDS 10
+
+/* GUCs */
+static char *purge_databases = NULL;
+static int	purge_naptime = 60;		/* seconds; 0 = off */
+static int	purge_batch_size = 10000;
+
+/* Shared memory: one slot per listed database, in list order. */
+typedef struct PurgeSlot
+{
+	pg_atomic_uint32 pid;		/* running purge worker, or 0 */
+	bool		warned_no_extension;	/* written by the slot's holder only */
+} PurgeSlot;
+
+typedef struct PurgeShared
+{
+	int			nslots;
+	PurgeSlot	slots[FLEXIBLE_ARRAY_MEMBER];
+} PurgeShared;
+
+static PurgeShared *purge_shared = NULL;
+static int	purge_nslots = 0;	/* set in _PG_init when preloading */
+
+static idem_shmem_request_fn prev_shmem_request = NULL;
+static shmem_startup_hook_type prev_shmem_startup = NULL;
+
+/* What the launcher last reported about a database (warn once each). */
+typedef enum PurgeProblem
+{
+	PROBLEM_NONE,
+	PROBLEM_MISSING,
+	PROBLEM_NO_CONNECTIONS,
+	PROBLEM_NO_WORKER_SLOT
+} PurgeProblem;
+
+typedef enum DatabaseState
+{
+	DATABASE_MISSING,
+	DATABASE_NO_CONNECTIONS,
+	DATABASE_OK
+} DatabaseState;
+
+static IdemQuery q_extension_schema = {
+	"SELECT e.extnamespace FROM pg_catalog.pg_extension e"
+	" WHERE e.extname OPERATOR(pg_catalog.=) 'idempotency'",
+	0, {InvalidOid}
+};
+
+static IdemQuery q_purge_call = {
+	"SELECT @extschema@.idem_purge($1)",
+	1, {INT4OID}
+};
+
+/*
+ * The list of idempotency.purge_databases, without repetitions, as a List
+ * of names allocated in the current memory context; NULL (and *ok false)
+ * when the syntax is invalid.
+ */
+static List *
+database_list(const char *value, bool *ok)
+{
+	char	   *raw = pstrdup(value);
+	List	   *names;
+	List	   *result = NIL;
+	ListCell   *lc;
+
+	*ok = SplitIdentifierString(raw, ',', &names);
+	if (!*ok)
+		return NIL;
+	foreach(lc, names)
+	{
+		char	   *name = (char *) lfirst(lc);
+		ListCell   *lc2;
+		bool		dup = false;
+
+		foreach(lc2, result)
+			dup |= (strcmp((char *) lfirst(lc2), name) == 0);
+		if (!dup)
+			result = lappend(result, name);
+	}
+	list_free(names);
+	return result;
+}
+
+static bool
+check_purge_databases(char **newval, void **extra, GucSource source)
+{
+	bool		ok;
+
+	(void) database_list(*newval, &ok);
+	if (!ok)
+	{
+		GUC_check_errdetail("List syntax is invalid.");
+		GUC_check_errhint("Give a comma-separated list of database names; double-quote names with upper-case letters, commas or spaces.");
+	}
+	return ok;
+}
+
+static Size
+purge_shmem_size(void)
+{
+	return add_size(offsetof(PurgeShared, slots),
+					mul_size(purge_nslots, sizeof(PurgeSlot)));
+}
+
+static void
+purge_shmem_request(void)
+{
+	if (prev_shmem_request)
+		prev_shmem_request();
+	RequestAddinShmemSpace(purge_shmem_size());
+}
+
+static void
+purge_shmem_startup(void)
+{
+	bool		found;
+
+	if (prev_shmem_startup)
+		prev_shmem_startup();
+
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	purge_shared = ShmemInitStruct("idempotency purge", purge_shmem_size(), &found);
+	if (!found)
+	{
+		int			i;
+
+		purge_shared->nslots = purge_nslots;
+		for (i = 0; i < purge_nslots; i++)
+		{
+			pg_atomic_init_u32(&purge_shared->slots[i].pid, 0);
+			purge_shared->slots[i].warned_no_extension = false;
+		}
+	}
+	LWLockRelease(AddinShmemInitLock);
+}
+
+/*
+ * Called from _PG_init: defines idempotency.purge_naptime and
+ * purge_batch_size; when the library is being preloaded, also
+ * idempotency.purge_databases and, if that is not empty, requests the
+ * slots in shared memory and registers the launcher.
+ */
+void
+idem_worker_init(void)
+{
+	BackgroundWorker w;
+	List	   *names;
+	bool		ok;
+
+	DefineCustomIntVariable("idempotency.purge_naptime",
+							"Time between two purge rounds of the background worker.",
+							"0 turns the background purge off.",
+							&purge_naptime,
+							60,
+							0,
+							INT_MAX / 1000,
+							PGC_SIGHUP,
+							GUC_UNIT_S,
+							NULL,
+							NULL,
+							NULL);
+
+	DefineCustomIntVariable("idempotency.purge_batch_size",
+							"Expired records the background worker deletes per transaction.",
+							NULL,
+							&purge_batch_size,
+							10000,
+							1,
+							INT_MAX,
+							PGC_SIGHUP,
+							0,
+							NULL,
+							NULL,
+							NULL);
+
+	/* A PGC_POSTMASTER setting can only be defined while preloading. */
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+
+	DefineCustomStringVariable("idempotency.purge_databases",
+							   "Databases whose expired idempotency records a background worker purges.",
+							   "A comma-separated list of database names; empty (the default) disables the worker. "
+							   "Needs idempotency in shared_preload_libraries.",
+							   &purge_databases,
+							   "",
+							   PGC_POSTMASTER,
+							   0,
+							   check_purge_databases,
+							   NULL,
+							   NULL);
+
+	names = database_list(purge_databases, &ok);
+	if (!ok || names == NIL)
+		return;
+	purge_nslots = list_length(names);
+
+	idem_shmem_request_install(purge_shmem_request, &prev_shmem_request);
+	prev_shmem_startup = shmem_startup_hook;
+	shmem_startup_hook = purge_shmem_startup;
+
+	memset(&w, 0, sizeof(w));
+	w.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	w.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	w.bgw_restart_time = LAUNCHER_RESTART_SECONDS;
+	strlcpy(w.bgw_library_name, "idempotency", BGW_MAXLEN);
+	strlcpy(w.bgw_function_name, "idem_purge_launcher_main", BGW_MAXLEN);
+	strlcpy(w.bgw_name, LAUNCHER_TYPE, BGW_MAXLEN);
+	strlcpy(w.bgw_type, LAUNCHER_TYPE, BGW_MAXLEN);
+	w.bgw_main_arg = (Datum) 0;
+	w.bgw_notify_pid = 0;
+	RegisterBackgroundWorker(&w);
+}
+
+/*
+ * The state of each listed database, from a scan of pg_database (a shared
+ * catalog, readable without a database connection).
+ */
+static void
+database_states(List *names, DatabaseState *state)
+{
+	MemoryContext oldcxt = CurrentMemoryContext;
+	Relation	rel;
+	TableScanDesc scan;
+	HeapTuple	tup;
+	int			i;
+
+	for (i = 0; i < list_length(names); i++)
+		state[i] = DATABASE_MISSING;
+
+	StartTransactionCommand();
+	(void) GetTransactionSnapshot();
+	rel = table_open(DatabaseRelationId, AccessShareLock);
+	scan = table_beginscan_catalog(rel, 0, NULL);
+	while (HeapTupleIsValid(tup = heap_getnext(scan, ForwardScanDirection)))
+	{
+		Form_pg_database db = (Form_pg_database) GETSTRUCT(tup);
+		ListCell   *lc;
+
+		i = 0;
+		foreach(lc, names)
+		{
+			if (strcmp(NameStr(db->datname), (char *) lfirst(lc)) == 0)
+				state[i] = db->datallowconn ? DATABASE_OK : DATABASE_NO_CONNECTIONS;
+			i++;
+		}
+	}
+	table_endscan(scan);
+	table_close(rel, AccessShareLock);
+	CommitTransactionCommand();
+
+	MemoryContextSwitchTo(oldcxt);
+}
+
+/* Start a round in database number slotno; false when no slot was free. */
+static bool
+start_purge_worker(int slotno, const char *dbname, BackgroundWorkerHandle **handle)
+{
+	BackgroundWorker w;
+	MemoryContext oldcxt;
+	bool		ok;
+
+	memset(&w, 0, sizeof(w));
+	w.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	w.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	w.bgw_restart_time = BGW_NEVER_RESTART;
+	strlcpy(w.bgw_library_name, MyBgworkerEntry->bgw_library_name, BGW_MAXLEN);
+	strlcpy(w.bgw_function_name, "idem_purge_worker_main", BGW_MAXLEN);
+	snprintf(w.bgw_name, BGW_MAXLEN, WORKER_TYPE " for database %s", dbname);
+	strlcpy(w.bgw_type, WORKER_TYPE, BGW_MAXLEN);
+	w.bgw_main_arg = Int32GetDatum(slotno);
+	strlcpy(w.bgw_extra, dbname, BGW_EXTRALEN);
+	w.bgw_notify_pid = MyProcPid;
+
+	/* The handle outlives this round of the launcher. */
+	oldcxt = MemoryContextSwitchTo(TopMemoryContext);
+	ok = RegisterDynamicBackgroundWorker(&w, handle);
+	MemoryContextSwitchTo(oldcxt);
+	if (!ok)
+		*handle = NULL;
+	return ok;
+}
+
+/* One look at every listed database: start the rounds that are due. */
+static void
+launcher_round(List *names, BackgroundWorkerHandle **handles,
+			   PurgeProblem *reported)
+{
+	DatabaseState *state = palloc(list_length(names) * sizeof(DatabaseState));
+	ListCell   *lc;
+	int			i;
+
+	database_states(names, state);
+
+	i = -1;
+	foreach(lc, names)
+	{
+		const char *dbname = (const char *) lfirst(lc);
+		PurgeProblem problem = PROBLEM_NONE;
+
+		i++;
+
+		/* The round started last time is still running. */
+		if (handles[i] != NULL)
+		{
+			pid_t		pid;
+			BgwHandleStatus st = GetBackgroundWorkerPid(handles[i], &pid);
+
+			if (st == BGWH_STARTED || st == BGWH_NOT_YET_STARTED)
+				continue;
+			pfree(handles[i]);
+			handles[i] = NULL;
+		}
+		/* A round started by an earlier launcher is still running. */
+		if (pg_atomic_read_u32(&purge_shared->slots[i].pid) != 0)
+			continue;
+
+		if (state[i] == DATABASE_MISSING)
+			problem = PROBLEM_MISSING;
+		else if (state[i] == DATABASE_NO_CONNECTIONS)
+			problem = PROBLEM_NO_CONNECTIONS;
+		else if (!start_purge_worker(i, dbname, &handles[i]))
+			problem = PROBLEM_NO_WORKER_SLOT;
+
+		if (problem != PROBLEM_NONE && problem != reported[i])
+		{
+			if (problem == PROBLEM_MISSING)
+				ereport(WARNING,
+						(errmsg("idempotency purge: database \"%s\" does not exist", dbname),
+						 errdetail("It is listed in idempotency.purge_databases; it is looked for again every idempotency.purge_naptime."),
+						 errhint("Create the database, or remove it from idempotency.purge_databases.")));
+			else if (problem == PROBLEM_NO_CONNECTIONS)
+				ereport(WARNING,
+						(errmsg("idempotency purge: database \"%s\" does not accept connections", dbname),
+						 errdetail("It is listed in idempotency.purge_databases, but datallowconn is false."),
+						 errhint("Remove it from idempotency.purge_databases.")));
+			else
+				ereport(WARNING,
+						(errmsg("idempotency purge: could not start a purge worker for database \"%s\"", dbname),
+						 errdetail("All background worker slots are in use; it is tried again every idempotency.purge_naptime."),
+						 errhint("Raise max_worker_processes.")));
+		}
+		reported[i] = problem;
+	}
+}
+
+/*
+ * Main of the launcher (static background worker, no database).  Never
+ * returns; ends on SIGTERM or postmaster death.
+ */
+void
+idem_purge_launcher_main(Datum main_arg)
+{
+	List	   *names;
+	bool		ok;
+	int			n;
+	BackgroundWorkerHandle **handles;
+	PurgeProblem *reported;
+	MemoryContext roundcxt;
+	TimestampTz last_round = 0;
+	bool		ran = false;
+
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
+
+	names = database_list(purge_databases, &ok);
+	n = list_length(names);
+	if (purge_shared == NULL || n != purge_shared->nslots)
+		elog(ERROR, "idempotency purge launcher: shared memory does not match idempotency.purge_databases");
+
+	handles = (BackgroundWorkerHandle **) palloc0(n * sizeof(BackgroundWorkerHandle *));
+	reported = (PurgeProblem *) palloc0(n * sizeof(PurgeProblem));
+	roundcxt = AllocSetContextCreate(TopMemoryContext, "idempotency purge launcher",
+									 ALLOCSET_DEFAULT_SIZES);
+
+	for (;;)
+	{
+		int			events = WL_LATCH_SET | WL_EXIT_ON_PM_DEATH;
+		long		timeout = -1;
+
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+
+		if (purge_naptime > 0)
+		{
+			TimestampTz now = GetCurrentTimestamp();
+			TimestampTz next;
+
+			if (!ran || now >= TimestampTzPlusMilliseconds(last_round,
+														   purge_naptime * 1000L))
+			{
+				MemoryContext oldcxt = MemoryContextSwitchTo(roundcxt);
+
+				launcher_round(names, handles, reported);
+				MemoryContextSwitchTo(oldcxt);
+				MemoryContextReset(roundcxt);
+				pgstat_report_stat(false);
+				last_round = now;
+				ran = true;
+			}
+			next = TimestampTzPlusMilliseconds(last_round, purge_naptime * 1000L);
+			now = GetCurrentTimestamp();
+			timeout = next > now ? (long) ((next - now + 999) / 1000) : 0;
+			events |= WL_TIMEOUT;
+		}
+
+		/* Also woken when a round starts or ends (bgw_notify_pid). */
+		(void) WaitLatch(MyLatch, events, timeout, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+	}
+}
+
+/* on_shmem_exit: free the slot this worker holds. */
+static void
+release_slot(int code, Datum arg)
+{
+	uint32		expected = (uint32) MyProcPid;
+
+	(void) pg_atomic_compare_exchange_u32(&purge_shared->slots[DatumGetInt32(arg)].pid,
+										  &expected, 0);
+}
+
+/* One round in the current database; see the header comment. */
+static void
+purge_round(PurgeSlot *slot, const char *dbname)
+{
+	int64		total = 0;
+	int			batches = 0;
+
+	for (;;)
+	{
+		int			batch;
+		Oid			nsp = InvalidOid;
+		int64		removed = 0;
+
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+		batch = purge_batch_size;
+
+		SetCurrentStatementStartTimestamp();
+		StartTransactionCommand();
+		if (SPI_connect() != SPI_OK_CONNECT)
+			elog(ERROR, "SPI_connect failed");
+		PushActiveSnapshot(GetTransactionSnapshot());
+		pgstat_report_activity(STATE_RUNNING,
+							   psprintf("SELECT idem_purge(%d)", batch));
+
+		if (idem_query_exec(&q_extension_schema, PG_CATALOG_NAMESPACE,
+							NULL, NULL, true, 1) == 1)
+		{
+			bool		isnull;
+
+			nsp = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0],
+												 SPI_tuptable->tupdesc, 1, &isnull));
+		}
+		if (OidIsValid(nsp))
+		{
+			Datum		values[1];
+			bool		isnull;
+
+			values[0] = Int32GetDatum(batch);
+			if (idem_query_exec(&q_purge_call, nsp, values, NULL, false, 1) != 1)
+				elog(ERROR, "idem_purge returned no row");
+			removed = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+												  SPI_tuptable->tupdesc, 1, &isnull));
+		}
+
+		SPI_finish();
+		PopActiveSnapshot();
+		CommitTransactionCommand();
+		pgstat_report_stat(false);
+		pgstat_report_activity(STATE_IDLE, NULL);
+
+		if (!OidIsValid(nsp))
+		{
+			if (!slot->warned_no_extension)
+				ereport(WARNING,
+						(errmsg("idempotency purge: extension \"idempotency\" is not installed in database \"%s\"",
+								dbname),
+						 errdetail("The database is listed in idempotency.purge_databases; until the extension is created there, it is skipped without further warnings."),
+						 errhint("Run CREATE EXTENSION idempotency in the database, or remove it from idempotency.purge_databases.")));
+			slot->warned_no_extension = true;
+			return;
+		}
+		slot->warned_no_extension = false;
+
+		batches++;
+		total += removed;
+		if (removed < batch)
+			break;
+	}
+
+	if (total > 0)
+		ereport(LOG,
+				(errmsg_plural("idempotency purge: removed " INT64_FORMAT " expired records in database \"%s\" (%d transaction)",
+							   "idempotency purge: removed " INT64_FORMAT " expired records in database \"%s\" (%d transactions)",
+							   batches, total, dbname, batches)));
+}
+
+/*
+ * Main of a purge worker (dynamic background worker, one round in the
+ * database named in bgw_extra, slot number in main_arg).  Exits when the
+ * round is done, at once if another worker holds the slot.
+ */
+void
+idem_purge_worker_main(Datum main_arg)
+{
+	int			slotno = DatumGetInt32(main_arg);
+	char		dbname[NAMEDATALEN];
+	PurgeSlot  *slot;
+	uint32		expected = 0;
+
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+
+	strlcpy(dbname, MyBgworkerEntry->bgw_extra, sizeof(dbname));
+	if (purge_shared == NULL || slotno < 0 || slotno >= purge_shared->nslots)
+		elog(ERROR, "idempotency purge worker: no slot %d for database \"%s\"",
+			 slotno, dbname);
+	slot = &purge_shared->slots[slotno];
+
+	if (!pg_atomic_compare_exchange_u32(&slot->pid, &expected, (uint32) MyProcPid))
+		proc_exit(0);			/* another round is running in this database */
+	on_shmem_exit(release_slot, Int32GetDatum(slotno));
+
+	BackgroundWorkerInitializeConnection(dbname, NULL, 0);
+	SetConfigOption("application_name", WORKER_TYPE, PGC_USERSET, PGC_S_SESSION);
+
+	purge_round(slot, dbname);
+
+	proc_exit(0);
+}

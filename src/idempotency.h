@@ -62,13 +62,15 @@ extern int	idem_max_attempts;
 /*
  * SQL condition under which a live record may be taken over by a new
  * owner: it expired, it failed with a retryable error, or its lease ran
- * out.  The alias is r and $4 is the caller's "now".
+ * out.  The alias is r; "now" names the parameter holding the caller's
+ * clock.  One definition for idem_claim, idem_begin and idem_claim_many.
  */
-#define IDEM_CLAIMABLE_SQL \
-	"(r.expires_at OPERATOR(pg_catalog.<=) $4" \
+#define IDEM_CLAIMABLE_SQL_AT(now) \
+	"(r.expires_at OPERATOR(pg_catalog.<=) " now \
 	" OR r.status OPERATOR(pg_catalog.=) 'retryable'" \
 	" OR (r.status OPERATOR(pg_catalog.=) 'in_progress'" \
-	"     AND r.locked_until OPERATOR(pg_catalog.<=) $4))"
+	"     AND r.locked_until OPERATOR(pg_catalog.<=) " now "))"
+#define IDEM_CLAIMABLE_SQL IDEM_CLAIMABLE_SQL_AT("$4")
 
 /* idempotency.c: validation shared by the SQL-callable functions */
 extern text *idem_arg_scope(FunctionCallInfo fcinfo, int argno, const char *fname);

@@ -52,13 +52,6 @@ PG_FUNCTION_INFO_V1(idem_purge);
 /* How often a conflicting but invisible row is retried before giving up. */
 #define CLAIM_MAX_INVISIBLE_RETRIES 10
 
-/* The condition under which a live record may be taken over. */
-#define CLAIMABLE_SQL \
-	"(r.expires_at OPERATOR(pg_catalog.<=) $4" \
-	" OR r.status OPERATOR(pg_catalog.=) 'retryable'" \
-	" OR (r.status OPERATOR(pg_catalog.=) 'in_progress'" \
-	"     AND r.locked_until OPERATOR(pg_catalog.<=) $4))"
-
 static IdemQuery q_claim_insert = {
 	"INSERT INTO @extschema@.idem_records AS r"
 	" (scope, key, status, fingerprint, created_at, updated_at, expires_at)"
@@ -82,7 +75,7 @@ static IdemQuery q_claim_takeover = {
 	"     attempts = CASE WHEN r.expires_at OPERATOR(pg_catalog.<=) $4"
 	"                THEN 0 ELSE r.attempts END"
 	" WHERE r.scope OPERATOR(pg_catalog.=) $1 AND r.key OPERATOR(pg_catalog.=) $2"
-	" AND " CLAIMABLE_SQL,
+	" AND " IDEM_CLAIMABLE_SQL,
 	5, {TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
 };
 
@@ -119,6 +112,15 @@ static IdemQuery q_release = {
 	"          AND r.locked_until OPERATOR(pg_catalog.>) $3"
 	"          AND r.expires_at OPERATOR(pg_catalog.>) $3)"
 	" RETURNING r.expires_at OPERATOR(pg_catalog.>) $3",
+	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}
+};
+
+static IdemQuery q_leased = {
+	"SELECT 1 FROM @extschema@.idem_records r"
+	" WHERE r.scope OPERATOR(pg_catalog.=) $1 AND r.key OPERATOR(pg_catalog.=) $2"
+	" AND r.status OPERATOR(pg_catalog.=) 'in_progress'"
+	" AND r.locked_until OPERATOR(pg_catalog.>) $3"
+	" AND r.expires_at OPERATOR(pg_catalog.>) $3",
 	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}
 };
 
@@ -460,10 +462,13 @@ idem_release(PG_FUNCTION_ARGS)
 
 	if (idem_query_exec(&q_release, nsp, values, NULL, false, 0) == 1)
 		removed = DatumGetBool(spi_col(0, 1, &isnull));
-	else if (idem_query_exec(&q_status, nsp, values, NULL, false, 1) == 1 &&
-			 DatumGetBool(spi_col(0, 2, &isnull)))
+	else if (idem_query_exec(&q_leased, nsp, values, NULL, false, 1) == 1)
 	{
-		/* A live row survived the DELETE: it is leased. */
+		/*
+		 * The DELETE skipped a live lease.  (A row that is absent, or was
+		 * deleted and claimed anew since the DELETE's snapshot, is not
+		 * an error: nothing of the caller's was there to release.)
+		 */
 		ereport(ERROR,
 				(errcode(ERRCODE_IDEM_WRONG_STATUS),
 				 errmsg("%s: idempotency record is in progress under a lease", fname),

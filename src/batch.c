@@ -1,0 +1,490 @@
+/*-------------------------------------------------------------------------
+ *
+ * batch.c
+ *	  idem_claim_many: claim many keys of one scope in one call, for message
+ *	  consumers that receive their input in batches.
+ *
+ *	  Semantics: every distinct key of the array is claimed as
+ *	  idem_claim(scope, key, ttl) would claim it, in the caller's
+ *	  transaction.  Results come back in array order; a key repeated in
+ *	  the array is reported claimed at most once, at its first occurrence.
+ *	  All elements are validated before anything is read or written, so a
+ *	  bad element leaves no effect.
+ *
+ *	  Lock order (deadlock freedom): the distinct keys are sorted bytewise
+ *	  (memcmp, then length: the order of COLLATE "C" and of the primary
+ *	  key index), and every wait this function can do happens while it
+ *	  holds only keys that sort before the one waited for.  Two batches
+ *	  that share keys therefore queue behind each other and never form a
+ *	  cycle, whatever the order of their arrays.  (The order is per call:
+ *	  keys the transaction claimed before the call are already held.)
+ *	  This is why the work is split as it is:
+ *
+ *	  1. One read (no locks, no waits) of the records the keys already
+ *	     have.  A live, committed (or own) record that cannot be taken over
+ *	     makes its key a duplicate, answered false without touching the
+ *	     row, so a redelivered batch writes nothing.
+ *	  2. One INSERT ... ON CONFLICT DO UPDATE over the remaining keys, in
+ *	     sorted order (ORDER BY the ordinality of unnest, and ModifyTable
+ *	     processes its input in order).  New keys are inserted; a key with
+ *	     an expired, retryable or abandoned-lease record is taken over by
+ *	     the DO UPDATE, whose WHERE is the takeover condition of
+ *	     idem_claim.  Every wait (for an uncommitted insert, update or
+ *	     delete of the same key, or for its row lock) happens inside this
+ *	     statement, key by key in sorted order.  A takeover inside the
+ *	     same statement, rather than in a later pass, is what keeps the
+ *	     order: a later pass would wait for a small key while holding
+ *	     large ones.
+ *	  3. A key that step 2 neither inserted nor took over had a record
+ *	     that became live between steps 1 and 2 (a concurrent claim that
+ *	     committed meanwhile).  ON CONFLICT DO UPDATE left its row locked
+ *	     by this transaction, so nobody can change it: it is settled by
+ *	     idem_claim_one (records.c), which therefore cannot wait here, and
+ *	     which reports the duplicate as idem_claim does.  Such a row stays
+ *	     locked until the transaction ends; this only happens to a key
+ *	     first claimed by a concurrent transaction during this call.
+ *
+ *	  Row-level security: a record that a policy hides from step 1 is not
+ *	  a duplicate there; step 2 then meets it and the policy stops the statement
+ *	  (42501), or, depending on the server version, step 3 does
+ *	  (idem_claim_one's 42501).  A hidden key is never claimed twice.
+ *
+ *	  Visibility: in READ COMMITTED each statement takes a fresh snapshot.
+ *	  A live record that an uncommitted transaction is deleting or making
+ *	  claimable (idem_release, idem_fail) is a duplicate to step 1, where
+ *	  idem_claim would wait for that transaction; both answers are right
+ *	  for the moment they are given, and not waiting keeps step 1 free of
+ *	  waits (and so of lock-order questions).
+ *	  In REPEATABLE READ and SERIALIZABLE all use the transaction
+ *	  snapshot: a key whose record was committed after it raises 40001 in
+ *	  step 2 (as idem_claim's INSERT does), and a record visible in the
+ *	  snapshot decides the answer even if a concurrent transaction has
+ *	  since deleted it (idem_claim could insert anew there; both answers
+ *	  are consistent with some serial order).
+ *
+ *	  Statistics (stats.c): counted as idem_claim counts them: claims,
+ *	  takeovers, duplicates, in-progress conflicts.  A claim by step 2 is a
+ *	  takeover if step 1 saw a claimable record for the key; step 3 counts
+ *	  through idem_claim_one.
+ *
+ *	  Time: one clock reading per call (GetCurrentTimestamp) decides expiry
+ *	  for every key, and is the created_at of every record written.
+ *
+ *	  Memory: the keys, their sorted index and the per-key results live in
+ *	  the caller's memory context; SPI's memory is released by SPI_finish;
+ *	  the result tuplestore lives in the query's per-query context.  No
+ *	  state is kept across calls, and no subtransaction is used.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+#include "utils/tuplestore.h"
+
+#include "idempotency.h"
+
+PG_FUNCTION_INFO_V1(idem_claim_many);
+
+/* The takeover condition of idem_claim, with $3 as the call's clock. */
+#define BATCH_CLAIMABLE_SQL IDEM_CLAIMABLE_SQL_AT("$3")
+
+/*
+ * Step 1: the records of the keys of $2, each with whether it may be taken
+ * over (a NULL locked_until makes an in_progress record unclaimable, as in
+ * idem_claim, hence IS TRUE).  Those that may not are duplicates.  One
+ * primary key probe per key: the LATERAL ... LIMIT 1 keeps the planner
+ * from turning this into a scan of the whole scope (which "key = ANY ($2)"
+ * invites when the statistics of the scope are stale).
+ */
+static IdemQuery q_many_live = {
+	"SELECT k.key, r.status, r.created_at, r.claimable"
+	" FROM pg_catalog.unnest($2) AS k(key)"
+	" CROSS JOIN LATERAL ("
+	"   SELECT r.status, r.created_at, " BATCH_CLAIMABLE_SQL " IS TRUE AS claimable"
+	"   FROM @extschema@.idem_records r"
+	"   WHERE r.scope OPERATOR(pg_catalog.=) $1"
+	"   AND r.key OPERATOR(pg_catalog.=) k.key"
+	"   LIMIT 1) AS r",
+	3, {TEXTOID, TEXTARRAYOID, TIMESTAMPTZOID}
+};
+
+/*
+ * Step 2: insert or take over the keys of $2, in array order (the caller
+ * passes them sorted).  RETURNING lists the keys this statement claimed.
+ */
+static IdemQuery q_many_claim = {
+	"INSERT INTO @extschema@.idem_records AS r"
+	" (scope, key, status, created_at, updated_at, expires_at)"
+	" SELECT $1, k.key, 'claimed', $3, $3, $4"
+	" FROM pg_catalog.unnest($2) WITH ORDINALITY AS k(key, n)"
+	" ORDER BY k.n"
+	" ON CONFLICT (scope, key) DO UPDATE"
+	" SET status = 'claimed', fingerprint = NULL, result = NULL,"
+	"     created_at = $3, updated_at = $3, expires_at = $4,"
+	"     locked_until = NULL, token = NULL,"
+	"     attempts = CASE WHEN r.expires_at OPERATOR(pg_catalog.<=) $3"
+	"                THEN 0 ELSE r.attempts END"
+	" WHERE " BATCH_CLAIMABLE_SQL
+	" RETURNING r.key",
+	4, {TEXTOID, TEXTARRAYOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
+};
+
+/* What became of a distinct key. */
+#define KEY_PENDING		0		/* no record seen yet */
+#define KEY_CLAIMED		1
+#define KEY_DUPLICATE	2
+#define KEY_CLAIMABLE	3		/* pending, with a record step 1 may take over */
+
+/* One array element, for sorting. */
+typedef struct BatchKey
+{
+	Datum		key;			/* the element, a text */
+	const char *data;			/* bytes of the key */
+	int			len;			/* their number */
+	int			pos;			/* 0-based position in the array */
+} BatchKey;
+
+/* Bytewise order of the keys (as COLLATE "C"), then array position. */
+static int
+batch_key_cmp(const void *a, const void *b)
+{
+	const BatchKey *ka = (const BatchKey *) a;
+	const BatchKey *kb = (const BatchKey *) b;
+	int			c = memcmp(ka->data, kb->data, Min(ka->len, kb->len));
+
+	if (c != 0)
+		return c;
+	if (ka->len != kb->len)
+		return ka->len < kb->len ? -1 : 1;
+	return (ka->pos > kb->pos) - (ka->pos < kb->pos);
+}
+
+/* Bytewise order only: for bsearch among the distinct keys. */
+static int
+batch_bytes_cmp(const void *a, const void *b)
+{
+	const BatchKey *ka = (const BatchKey *) a;
+	const BatchKey *kb = (const BatchKey *) b;
+	int			c = memcmp(ka->data, kb->data, Min(ka->len, kb->len));
+
+	if (c != 0)
+		return c;
+	if (ka->len != kb->len)
+		return ka->len < kb->len ? -1 : 1;
+	return 0;
+}
+
+/*
+ * The index among the m sorted distinct keys of the key in column 1 of
+ * SPI result row "row".  Every key a statement returns is one it was given.
+ */
+static int
+batch_find(BatchKey *distinct, int m, int row)
+{
+	bool		isnull;
+	Datum		d = SPI_getbinval(SPI_tuptable->vals[row], SPI_tuptable->tupdesc,
+								  1, &isnull);
+	text	   *t;
+	BatchKey	probe;
+	BatchKey   *hit;
+
+	if (isnull)
+		elog(ERROR, "idem_claim_many: statement returned a null key");
+	t = DatumGetTextPP(d);
+	probe.key = d;
+	probe.data = VARDATA_ANY(t);
+	probe.len = VARSIZE_ANY_EXHDR(t);
+	probe.pos = 0;
+	hit = (BatchKey *) bsearch(&probe, distinct, m, sizeof(BatchKey),
+							   batch_bytes_cmp);
+	if (hit == NULL)
+		elog(ERROR, "idem_claim_many: statement returned a key it was not given");
+	return hit - distinct;
+}
+
+/* The elements of the keys argument, validated (see idem_claim_many). */
+static void
+batch_arg_keys(FunctionCallInfo fcinfo, int argno, const char *fname,
+			   Datum **elems, int *nelems, int *lbound)
+{
+	ArrayType  *keys;
+	bool	   *nulls;
+	int			i;
+
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s: keys must not be null", fname),
+				 errhint("Pass an empty array to claim nothing.")));
+
+	keys = PG_GETARG_ARRAYTYPE_P(argno);
+	if (ARR_ELEMTYPE(keys) != TEXTOID)
+		elog(ERROR, "%s: keys is not an array of text", fname);
+	if (ARR_NDIM(keys) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s: keys must be a one-dimensional array", fname),
+				 errdetail("The array given has %d dimensions.", ARR_NDIM(keys))));
+	*lbound = ARR_NDIM(keys) == 1 ? ARR_LBOUND(keys)[0] : 1;
+
+	deconstruct_array(keys, TEXTOID, -1, false, TYPALIGN_INT,
+					  elems, &nulls, nelems);
+
+	for (i = 0; i < *nelems; i++)
+	{
+		text	   *key;
+		size_t		len;
+
+		if (nulls[i])
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("%s: key must not be null", fname),
+					 errdetail("Array element keys[%d] is null.", *lbound + i)));
+
+		key = DatumGetTextPP((*elems)[i]);
+		len = VARSIZE_ANY_EXHDR(key);
+		if (len == 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("%s: key must not be empty", fname),
+					 errdetail("Array element keys[%d] is the empty string.", *lbound + i)));
+		if (len > IDEM_MAX_KEY_BYTES)
+			ereport(ERROR,
+					(errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
+					 errmsg("%s: key is too long", fname),
+					 errdetail("Array element keys[%d] is %zu bytes; the limit is %d bytes.",
+							   *lbound + i, len, IDEM_MAX_KEY_BYTES),
+					 errhint("Hash long natural keys, for example with sha256(), and use the digest as the key.")));
+		(*elems)[i] = PointerGetDatum(key);
+	}
+}
+
+/*
+ * Claim the m sorted distinct keys of scope; on return state[i] is
+ * KEY_CLAIMED or KEY_DUPLICATE for each.  See the header comment for the
+ * three steps and why they keep the lock order.
+ */
+static void
+batch_claim(Oid nsp, text *scope, BatchKey *distinct, int m,
+			TimestampTz now, TimestampTz expires, char *state)
+{
+	const char *fname = "idem_claim_many";
+	Datum	   *datums = (Datum *) palloc(m * sizeof(Datum));
+	Datum		values[4];
+	int			npending;
+	int			n;
+	int			i;
+	int64		n_claimed = 0;
+	int64		n_takeover = 0;
+	int64		n_duplicate = 0;
+	int64		n_in_progress = 0;
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+
+	for (i = 0; i < m; i++)
+		datums[i] = distinct[i].key;
+	values[0] = PointerGetDatum(scope);
+	values[1] = PointerGetDatum(construct_array(datums, m, TEXTOID, -1, false,
+												TYPALIGN_INT));
+	values[2] = TimestampTzGetDatum(now);
+	values[3] = TimestampTzGetDatum(expires);
+
+	/* Step 1: live records are duplicates; their rows are not touched. */
+	n = idem_query_exec(&q_many_live, nsp, values, NULL, false, 0);
+	for (i = 0; i < n; i++)
+	{
+		HeapTuple	row = SPI_tuptable->vals[i];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		int			k = batch_find(distinct, m, i);
+		bool		isnull;
+		char	   *status;
+
+		if (DatumGetBool(SPI_getbinval(row, desc, 4, &isnull)))
+		{
+			state[k] = KEY_CLAIMABLE;
+			continue;
+		}
+		state[k] = KEY_DUPLICATE;
+		status = TextDatumGetCString(SPI_getbinval(row, desc, 2, &isnull));
+		if (strcmp(status, IDEM_STATUS_IN_PROGRESS) == 0)
+			n_in_progress++;
+		else
+			n_duplicate++;
+		if (idem_log_duplicates)
+			ereport(LOG,
+					(errmsg("idempotency: duplicate claim of key \"%s\" in scope \"%s\", first claimed at %s, status %s",
+							pnstrdup(distinct[k].data, distinct[k].len),
+							text_to_cstring(scope),
+							idem_timestamptz_cstring(DatumGetTimestampTz(SPI_getbinval(row, desc, 3, &isnull))),
+							status),
+					 errhidestmt(true)));
+	}
+
+	/* Step 2: insert or take over the rest, in sorted order. */
+	npending = 0;
+	for (i = 0; i < m; i++)
+		if (state[i] != KEY_DUPLICATE)
+			datums[npending++] = datums[i];
+	if (npending > 0)
+	{
+		values[1] = PointerGetDatum(construct_array(datums, npending, TEXTOID,
+													-1, false, TYPALIGN_INT));
+		n = idem_query_exec(&q_many_claim, nsp, values, NULL, false, 0);
+		for (i = 0; i < n; i++)
+		{
+			int			k = batch_find(distinct, m, i);
+
+			/*
+			 * A takeover if step 1 saw a claimable record.  (A record that
+			 * came or went between the two statements can make this count
+			 * wrong, never the answer.)
+			 */
+			if (state[k] == KEY_CLAIMABLE)
+				n_takeover++;
+			state[k] = KEY_CLAIMED;
+		}
+		n_claimed += n;
+
+		/*
+		 * Step 3: keys whose rows step 2 found live (and left locked).
+		 * idem_claim_one counts its own statistics.
+		 */
+		if (n < npending)
+		{
+			for (i = 0; i < m; i++)
+			{
+				if (state[i] == KEY_CLAIMED || state[i] == KEY_DUPLICATE)
+					continue;
+				state[i] = idem_claim_one(nsp, scope,
+										  (text *) DatumGetPointer(distinct[i].key),
+										  now, expires, NULL, fname)
+					? KEY_CLAIMED : KEY_DUPLICATE;
+			}
+		}
+	}
+
+	SPI_finish();
+
+	idem_stats_add(scope, IDEM_STAT_CLAIMED, n_claimed);
+	idem_stats_add(scope, IDEM_STAT_TAKEOVER, n_takeover);
+	idem_stats_add(scope, IDEM_STAT_DUPLICATE, n_duplicate);
+	idem_stats_add(scope, IDEM_STAT_IN_PROGRESS_CONFLICT, n_in_progress);
+}
+
+/*
+ * idem_claim_many(scope text, keys text[], ttl interval DEFAULT NULL)
+ *   RETURNS TABLE (key text, claimed boolean)
+ *
+ * Claims each key of the array as idem_claim(scope, key, ttl) would, in the
+ * caller's transaction, and returns one row per array element in array
+ * order: claimed is true when this call claimed the key, false for a
+ * duplicate and for every repetition of a key after its first occurrence.
+ * An empty array gives no rows.  Keys are locked in sorted order, so
+ * concurrent batches never deadlock among themselves.  No subtransaction
+ * is used.
+ *
+ * Fails with 22004 (NULL scope, keys or element), 22023 (empty element,
+ * multidimensional keys, ttl not positive), 22001 (element or scope too
+ * long; 22023 too when the ttl overflows the timestamp range), 25006 (read-only
+ * transaction), 40001 (REPEATABLE READ or SERIALIZABLE and a conflicting
+ * record committed after the snapshot), 42501 (a record hidden by
+ * row-level security), 55P03/57014 (lock_timeout/statement_timeout while
+ * waiting for a concurrent claim of one of the keys).  An element's error
+ * names its subscript.
+ */
+Datum
+idem_claim_many(PG_FUNCTION_ARGS)
+{
+	const char *fname = "idem_claim_many";
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	text	   *scope;
+	Datum	   *elems;
+	int			nelems;
+	int			lbound;
+	TimestampTz now;
+	TimestampTz expires;
+	BatchKey   *sorted;
+	BatchKey   *distinct;
+	int		   *group;			/* array position -> index in distinct */
+	char	   *state;
+	int			m;
+	int			i;
+	TupleDesc	tupdesc;
+	Tuplestorestate *tupstore;
+	MemoryContext oldcxt;
+
+	if (rsinfo == NULL || !IsA(rsinfo, ReturnSetInfo) ||
+		(rsinfo->allowedModes & SFRM_Materialize) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("%s: set-valued function called in context that cannot accept a set",
+						fname)));
+
+	scope = idem_arg_scope(fcinfo, 0, fname);
+	batch_arg_keys(fcinfo, 1, fname, &elems, &nelems, &lbound);
+
+	idem_check_writable(fname);
+
+	now = GetCurrentTimestamp();
+	expires = idem_expiry(fcinfo, 2, now, fname);
+
+	/* Sort, and number the distinct keys in sorted order. */
+	sorted = (BatchKey *) palloc(Max(nelems, 1) * sizeof(BatchKey));
+	distinct = (BatchKey *) palloc(Max(nelems, 1) * sizeof(BatchKey));
+	group = (int *) palloc(Max(nelems, 1) * sizeof(int));
+	for (i = 0; i < nelems; i++)
+	{
+		text	   *key = (text *) DatumGetPointer(elems[i]);
+
+		sorted[i].key = elems[i];
+		sorted[i].data = VARDATA_ANY(key);
+		sorted[i].len = VARSIZE_ANY_EXHDR(key);
+		sorted[i].pos = i;
+	}
+	qsort(sorted, nelems, sizeof(BatchKey), batch_key_cmp);
+
+	m = 0;
+	for (i = 0; i < nelems; i++)
+	{
+		if (m == 0 || batch_bytes_cmp(&sorted[i], &distinct[m - 1]) != 0)
+			distinct[m++] = sorted[i];	/* first occurrence: lowest pos */
+		group[sorted[i].pos] = m - 1;
+	}
+
+	state = (char *) palloc0(Max(m, 1));
+	if (m > 0)
+		batch_claim(idem_extension_schema(fcinfo), scope, distinct, m,
+					now, expires, state);
+
+	/* One row per element, in array order. */
+	oldcxt = MemoryContextSwitchTo(rsinfo->econtext->ecxt_per_query_memory);
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "%s: return type must be a row type", fname);
+	tupstore = tuplestore_begin_heap((rsinfo->allowedModes & SFRM_Materialize_Random) != 0,
+									 false, work_mem);
+	MemoryContextSwitchTo(oldcxt);
+
+	for (i = 0; i < nelems; i++)
+	{
+		Datum		values[2];
+		bool		nulls[2] = {false, false};
+		int			k = group[i];
+
+		values[0] = elems[i];
+		values[1] = BoolGetDatum(distinct[k].pos == i &&
+								 state[k] == KEY_CLAIMED);
+		tuplestore_putvalues(tupstore, tupdesc, values, nulls);
+	}
+
+	rsinfo->returnMode = SFRM_Materialize;
+	rsinfo->setResult = tupstore;
+	rsinfo->setDesc = tupdesc;
+	return (Datum) 0;
+}

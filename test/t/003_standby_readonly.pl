@@ -1,6 +1,7 @@
-# On a hot standby (a streaming replica), idem_lookup reads the records
-# replicated from the primary, and every writing function fails with the
-# standard read-only SQLSTATE 25006 and a message naming the function.
+# On a hot standby (a streaming replica), idem_lookup, idem_await,
+# idem_summary and idem_can_transition read what was replicated from the
+# primary, and every writing function fails with the standard read-only
+# SQLSTATE 25006 and a message naming the function.
 use strict;
 use warnings;
 
@@ -25,6 +26,8 @@ $primary->safe_psql(
 	SELECT idem_claim('pay', 'order-2');
 	SELECT idem_claim('pay', 'expired');
 	UPDATE idem_records SET expires_at = now() - interval '1 day' WHERE key = 'expired';
+	SELECT idem_machine_define('order', '{"initial": ["new"], "transitions": {"new": ["paid"]}}');
+	SELECT outcome FROM idem_begin('gw', 'leased');
 });
 $primary->wait_for_catchup($standby);
 
@@ -47,6 +50,18 @@ is( $standby->safe_psql(
 		       idem_lookup('pay', 'expired') IS NULL}),
 	't|t', 'lookup of absent and expired keys is NULL');
 
+is( $standby->safe_psql(
+		'postgres', q{
+		SELECT idem_can_transition('order', 'new', 'paid'),
+		       idem_can_transition('order', 'paid', 'new')}),
+	't|f', 'idem_can_transition works on the standby');
+is( $standby->safe_psql(
+		'postgres', q{SELECT scope, records, claimed, completed, in_progress, expired FROM idem_summary ORDER BY scope}),
+	"gw|1|0|0|1|0\npay|3|2|1|0|1", 'idem_summary works on the standby');
+is( $standby->safe_psql(
+		'postgres', q{SELECT status FROM idem_await('gw', 'leased', '10 milliseconds')}),
+	'in_progress', 'idem_await works on the standby');
+
 # Every writing function fails with 25006 and names itself, whether or
 # not it would have written anything.
 my %calls = (
@@ -61,7 +76,16 @@ my %calls = (
 		q{SELECT idem_release('pay', 'order-1')},
 		q{SELECT idem_release('pay', 'absent')},
 	],
-	'idem_purge' => [ q{SELECT idem_purge()}, q{SELECT idem_purge(1)} ],);
+	'idem_purge' => [ q{SELECT idem_purge()}, q{SELECT idem_purge(1)} ],
+	'idem_begin' => [q{SELECT * FROM idem_begin('gw', 'other')}],
+	'idem_heartbeat' => [q{SELECT idem_heartbeat('gw', 'leased', 1)}],
+	'idem_finish' => [q{SELECT idem_finish('gw', 'leased', 1)}],
+	'idem_fail' => [q{SELECT idem_fail('gw', 'leased', 1)}],
+	'idem_claim_many' => [q{SELECT * FROM idem_claim_many('pay', ARRAY['a', 'b'])}],
+	'idem_token_issue' => [q{SELECT idem_token_issue('form')}],
+	'idem_token_consume' => [q{SELECT idem_token_consume('form', repeat('a', 32))}],
+	'idem_machine_define' => [q{SELECT idem_machine_define('m2', '{"initial": ["a"], "transitions": {}}')}],
+	'idem_machine_drop' => [q{SELECT idem_machine_drop('order')}],);
 
 for my $fname (sort keys %calls)
 {

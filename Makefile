@@ -36,7 +36,7 @@ PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initi
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs 2>/dev/null)
 
-.PHONY: demo test lint bench
+.PHONY: demo test lint bench soak sanitize
 
 # `make` with no target builds the extension when PGXS is available.
 ifneq ($(wildcard $(PGXS)),)
@@ -66,3 +66,9 @@ lint:
 
 bench:
 	@bash bench/run.sh
+
+soak:
+	@bash test/soak.sh
+
+sanitize:
+	@bash test/sanitize.sh

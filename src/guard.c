@@ -7,14 +7,14 @@
  *
  *	  A guard on column c of table t, machine m, is a set of row triggers,
  *	  all running idem_guard_trigger(m, c, version column or '', role):
- *	    idem_guard_<c>          AFTER UPDATE OF c
+ *	    idem_guard_check_<c>    AFTER UPDATE OF c
  *	                            WHEN (NOT idem_guard_allows(m, OLD.c, NEW.c))
- *	    idem_guard_<c>_insert   AFTER INSERT
+ *	    idem_guard_insert_<c>   AFTER INSERT
  *	                            WHEN (NEW.c IS NULL OR
  *	                                  NOT idem_guard_allows(m, NULL, NEW.c))
- *	    idem_guard_<c>_version  BEFORE UPDATE OF c, v       (version column v)
- *	                            WHEN (OLD.c IS DISTINCT FROM NEW.c)
- *	    idem_guard_<c>_log      AFTER INSERT OR UPDATE OF c (history)
+ *	    idem_guard_version_<c>  BEFORE UPDATE OF c, v       (version column v)
+ *	                            WHEN (OLD.c, NEW.c differ, by pg_catalog operators)
+ *	    idem_guard_log_<c>      AFTER INSERT OR UPDATE OF c (history)
  *	  The check lives in the WHEN condition, which PostgreSQL evaluates
  *	  while it saves the trigger event: a legal row costs one call of
  *	  idem_guard_allows (a cached machine, two binary searches) and no
@@ -840,24 +840,26 @@ idem_guard_trigger(PG_FUNCTION_ARGS)
  */
 
 /*
- * "idem_guard_<column><suffix>", or, when that does not fit in NAMEDATALEN,
+ * "idem_guard_<role>_<column>", or, when that does not fit in NAMEDATALEN,
  * the column clipped (on a character boundary) followed by a hash of the
  * whole column name, so that long names stay distinct and deterministic.
+ * The role comes first: no role is a prefix of another, so the triggers of
+ * two columns (say x and x_log) can never share a name.
  */
 static char *
-guard_trigger_name(const char *column, const char *suffix)
+guard_trigger_name(const char *role, const char *column)
 {
 	int			collen = strlen(column);
+	char	   *head = psprintf("%s%s_", GUARD_PREFIX, role);
 	char	   *tail;
 	int			room;
 
-	if (strlen(GUARD_PREFIX) + collen + strlen(suffix) < NAMEDATALEN)
-		return psprintf("%s%s%s", GUARD_PREFIX, column, suffix);
+	if (strlen(head) + collen < NAMEDATALEN)
+		return psprintf("%s%s", head, column);
 
-	tail = psprintf("_%08x%s", hash_bytes((const unsigned char *) column, collen), suffix);
-	room = NAMEDATALEN - 1 - strlen(GUARD_PREFIX) - strlen(tail);
-	return psprintf("%s%.*s%s", GUARD_PREFIX,
-					pg_mbcliplen(column, collen, room), column, tail);
+	tail = psprintf("_%08x", hash_bytes((const unsigned char *) column, collen));
+	room = NAMEDATALEN - 1 - strlen(head) - strlen(tail);
+	return psprintf("%s%.*s%s", head, pg_mbcliplen(column, collen, room), column, tail);
 }
 
 /*
@@ -1069,25 +1071,26 @@ idem_guard(PG_FUNCTION_ARGS)
 	create_guard_trigger(psprintf("CREATE TRIGGER %s AFTER UPDATE OF %s ON %s FOR EACH ROW"
 								  " WHEN (NOT %s.idem_guard_allows(%s, OLD.%s, NEW.%s))"
 								  " EXECUTE FUNCTION %s'" ROLE_CHECK "')",
-								  quote_identifier(guard_trigger_name(status_col, "")),
+								  quote_identifier(guard_trigger_name("check", status_col)),
 								  qcol, table, qnsp, qmachine, qcol, qcol, func));
 	create_guard_trigger(psprintf("CREATE TRIGGER %s AFTER INSERT ON %s FOR EACH ROW"
 								  " WHEN (NEW.%s IS NULL OR NOT %s.idem_guard_allows(%s, NULL, NEW.%s))"
 								  " EXECUTE FUNCTION %s'" ROLE_CHECK "')",
-								  quote_identifier(guard_trigger_name(status_col, "_insert")),
+								  quote_identifier(guard_trigger_name("insert", status_col)),
 								  table, qcol, qnsp, qmachine, qcol, func));
 	/* OF both columns, so that the version column cannot be dropped alone. */
 	if (version_col != NULL)
 		create_guard_trigger(psprintf("CREATE TRIGGER %s BEFORE UPDATE OF %s, %s ON %s FOR EACH ROW"
-									  " WHEN (OLD.%s IS DISTINCT FROM NEW.%s)"
+									  " WHEN ((OLD.%s IS NULL) OPERATOR(pg_catalog.<>) (NEW.%s IS NULL)"
+									  " OR OLD.%s OPERATOR(pg_catalog.<>) NEW.%s)"
 									  " EXECUTE FUNCTION %s'" ROLE_VERSION "')",
-									  quote_identifier(guard_trigger_name(status_col, "_version")),
+									  quote_identifier(guard_trigger_name("version", status_col)),
 									  qcol, quote_identifier(version_col), table,
-									  qcol, qcol, func));
+									  qcol, qcol, qcol, qcol, func));
 	if (history)
 		create_guard_trigger(psprintf("CREATE TRIGGER %s AFTER INSERT OR UPDATE OF %s ON %s"
 									  " FOR EACH ROW EXECUTE FUNCTION %s'" ROLE_LOG "')",
-									  quote_identifier(guard_trigger_name(status_col, "_log")),
+									  quote_identifier(guard_trigger_name("log", status_col)),
 									  qcol, table, func));
 
 	SPI_finish();

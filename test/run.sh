@@ -5,6 +5,7 @@
 #   isolation  isolation specs in test/specs, outputs in expected/
 #   tap        TAP tests in test/t (each starts its own clusters)
 #   examples   the client examples in examples/ and the META.json check
+#   lint       cppcheck and clang-tidy on src/ (test/lint.sh)
 # Prints a summary and exits non-zero when anything failed.
 #
 # Usage: bash test/run.sh [suite...]     (default: every suite)
@@ -12,7 +13,7 @@ set -u
 . "$(dirname "$0")/harness.sh"
 
 suites=("$@")
-[ ${#suites[@]} -gt 0 ] || suites=(regress isolation tap examples)
+[ ${#suites[@]} -gt 0 ] || suites=(lint regress isolation tap examples)
 
 idem_setup
 idem_build_install

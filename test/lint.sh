@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# `make lint`: static analysis of src/*.c with cppcheck and clang-tidy.
+# Exits non-zero on any finding of either tool (and prints each finding as
+# file:line:column: severity: message [check]).
+#
+# As root, installs cppcheck and clang-tidy (and PostgreSQL's server
+# headers) when they are missing; as another user it prints the apt-get
+# command to run instead.
+#
+# Configuration:
+#   clang-tidy  the checks are in .clang-tidy at the top of the checkout
+#               (bug patterns, the clang static analyzer, CERT C; every
+#               warning is an error).  The sources are analysed with
+#               USE_ASSERT_CHECKING defined, so that variables read only
+#               in Assert() are not reported as dead stores, and the
+#               analyzer knows what the assertions promise.
+#   cppcheck    --enable=warning,performance,portability against the real
+#               PostgreSQL headers, in one configuration (the compiler's:
+#               -D__GNUC__ -D__x86_64__), without checking the #ifdef
+#               variants of the server headers themselves
+#               (--config-exclude) and without reporting anything inside
+#               them.  A finding that is a false positive is silenced in
+#               the source with a justified comment:
+#                   // cppcheck-suppress <id> -- reason
+#               (--inline-suppr is on), or, for clang-tidy, NOLINT(<check>).
+#
+# Environment:
+#   LINT_TOOLS="cppcheck clang-tidy"   run only some of the tools
+#   LINT_JOBS=N                        parallel jobs (default: nproc)
+set -u
+. "$(dirname "$0")/harness.sh"
+
+idem_setup cppcheck clang-tidy
+
+tools=${LINT_TOOLS:-"cppcheck clang-tidy"}
+jobs=${LINT_JOBS:-$(nproc 2>/dev/null || echo 2)}
+inc_server=$("$IDEM_PG_CONFIG" --includedir-server)
+inc=$("$IDEM_PG_CONFIG" --includedir)
+# shellcheck disable=SC2207
+cppflags=($("$IDEM_PG_CONFIG" --cppflags))
+
+cd "$IDEM_TOP" || idem_die "cannot enter $IDEM_TOP"
+files=(src/*.c)
+[ -e "${files[0]}" ] || idem_die "no C sources in src/"
+
+out=$(mktemp -d "${TMPDIR:-/tmp}/idempotency-lint.XXXXXX")
+trap 'rm -rf "$out"' EXIT
+
+status=0
+template='{file}:{line}:{column}: {severity}: {message} [{id}]'
+
+for tool in $tools; do
+    case "$tool" in
+    cppcheck)
+        idem_log "cppcheck $(cppcheck --version | sed 's/^Cppcheck //') on ${#files[@]} files"
+        cppcheck -q -j "$jobs" --std=c99 \
+            --enable=warning,performance,portability \
+            --error-exitcode=1 --inline-suppr \
+            --suppress=missingIncludeSystem \
+            --suppress="*:$inc_server/*" --suppress="*:$inc/*" --suppress='*:/usr/include/*' \
+            --config-exclude="$inc_server" --config-exclude="$inc" \
+            -D__GNUC__=12 -D__x86_64__ -D__linux__ \
+            -I src -I "$inc_server" -I "$inc" \
+            --template="$template" \
+            "${files[@]}" >"$out/cppcheck.log" 2>&1
+        rc=$?
+        if [ -s "$out/cppcheck.log" ] || [ "$rc" -ne 0 ]; then
+            cat "$out/cppcheck.log"
+            echo "cppcheck: findings (exit $rc)"
+            status=1
+        else
+            echo "cppcheck: clean"
+        fi
+        ;;
+    clang-tidy)
+        idem_log "$(clang-tidy --version | grep -o 'LLVM version [0-9.]*' | sed 's/LLVM/clang-tidy/') on ${#files[@]} files"
+        # One process per file, $jobs at a time; each writes its own log.
+        printf '%s\n' "${files[@]}" | xargs -P "$jobs" -I{} sh -c '
+            f=$1; shift
+            log="$0/$(basename "$f").tidy"
+            clang-tidy --quiet "$f" -- "$@" >"$log" 2>&1 || echo "$f" >>"$0/failed"
+        ' "$out" {} \
+            -std=gnu99 -DUSE_ASSERT_CHECKING "${cppflags[@]}" \
+            -I src -I "$inc_server" -I "$inc"
+        # "N warnings generated." counts the suppressed ones in system
+        # headers too; only real diagnostics are kept.
+        found=0
+        for log in "$out"/*.tidy; do
+            if grep -qE '(warning|error):' "$log"; then
+                grep -vE '^[0-9]+ (warnings?|errors?) (generated|treated as errors?)\.$|^Suppressed [0-9]+ warnings|^Use -header-filter|^Use -system-headers|^Error while processing' "$log"
+                found=1
+            fi
+        done
+        if [ "$found" -ne 0 ] || [ -s "$out/failed" ]; then
+            [ -s "$out/failed" ] && sed 's/^/clang-tidy failed on: /' "$out/failed"
+            echo "clang-tidy: findings"
+            status=1
+        else
+            echo "clang-tidy: clean"
+        fi
+        ;;
+    *)
+        idem_die "unknown lint tool: $tool"
+        ;;
+    esac
+done
+
+if [ "$status" -eq 0 ]; then
+    echo "lint: clean"
+else
+    echo "lint: FAILED"
+fi
+exit "$status"

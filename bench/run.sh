@@ -761,7 +761,7 @@ if [ "$BENCH_PROFILE" = 1 ] && [ -s "$P/summary" ]; then
             us=$(awk -v v="$v" '$1 == v { print $2, $3, $4 }' "$P/summary" | while read -r r n ns; do
                     awk -v f="$f" -v n="$n" -v ns="$ns" '$4 == f {
                         gsub(/%/, "", $1); printf "%.2f\n", $1 / 100 * ns / 1000 / n; exit }' "$P/$v.$r.children.txt"
-                 done | median)
+                 done | median | awk '{ printf "%.1f", $1 }')
             [ -z "$us" ] && us=- || any=1
             line="$line $(printf ' %10s' "$us")"
         done

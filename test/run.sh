@@ -38,6 +38,8 @@ cp -a "$IDEM_TOP/test" "$IDEM_TOP/expected" "$WORK/src/"
 passed=0
 failed=0
 summary=()
+failures=()   # "suite: name" of every failed test, repeated at the end
+digest="$WORK/failures.digest"   # short excerpts, printed after the summary
 
 record() { # suite pass fail
     passed=$((passed + $2)); failed=$((failed + $3))
@@ -67,9 +69,13 @@ run_pg_regress() { # suite driver inputs...
     read -r p f < <(count_results "$log")
     if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
     record "$suite" "$p" "$f"
+    while read -r name; do failures+=("$suite: $name"); done \
+        < <(sed -nE 's/^[[:space:]]*(not ok [0-9]+ +[-+ ]*|test |[-+] )?([A-Za-z0-9_]+) +\.\.\. +FAILED.*/\2/p' "$log")
     if [ -s "$out/regression.diffs" ]; then
         echo "---- $suite: regression.diffs ----"
         cat "$out/regression.diffs"
+        { echo "---- $suite: regression.diffs (up to 50 lines per test) ----"
+          awk '/^diff / { n = 0 } n++ < 50' "$out/regression.diffs"; } >>"$digest"
     fi
 }
 
@@ -106,12 +112,16 @@ for suite in "${suites[@]}"; do
         bad=$(grep -cE '^test/t/\S+\.pl \.+ .*(Dubious|Failed|skipped: )' "$log")
         grep -q '^Result: PASS' "$log" || [ "$bad" -gt 0 ] || bad=1
         record tap $((files - bad)) "$bad"
+        while read -r name; do failures+=("tap: $name"); done \
+            < <(grep -oE '^test/t/\S+\.pl \.+ .*(Dubious|Failed|skipped: )' "$log" | awk '{ print $1 }')
         if [ "$rc" -ne 0 ]; then
             for f in "$WORK"/tap/tmp_check/log/regress_log_*; do
                 [ -f "$f" ] || continue
                 echo "---- $(basename "$f") (last 60 lines) ----"
                 tail -n 60 "$f"
             done
+            { echo "---- tap: failed assertions ----"
+              grep -E '^(not ok|#   Failed|#   at |#  +(got|expected):)' "$log" | head -n 60; } >>"$digest"
         fi
         ;;
     examples)
@@ -134,6 +144,12 @@ for suite in "${suites[@]}"; do
 done
 
 echo
+if [ ${#failures[@]} -gt 0 ] || [ -s "$digest" ]; then
+    echo "== failures"
+    for line in "${failures[@]}"; do echo "   $line"; done
+    [ -s "$digest" ] && cat "$digest"
+    echo
+fi
 echo "== summary"
 for line in "${summary[@]}"; do echo "   $line"; done
 echo

@@ -364,7 +364,7 @@ batch_claim(Oid nsp, text *scope, BatchKey *distinct, int m,
 					continue;
 				state[i] = idem_claim_one(nsp, scope,
 										  (text *) DatumGetPointer(distinct[i].key),
-										  now, expires, NULL, fname)
+										  now, expires, NULL, fname, true)
 					? KEY_CLAIMED : KEY_DUPLICATE;
 			}
 		}

@@ -137,6 +137,46 @@ idem_shmem_request_install(idem_shmem_request_fn request,
 #endif
 }
 
+/*
+ * The executor calls of the direct claim path (direct.c).  14 gave
+ * ExecInsertIndexTuples and ExecCheckIndexConstraints their ResultRelInfo
+ * argument and the "update" flag; 16 added onlySummarizing and moved
+ * permissions out of the range table entry.  On 13 the direct path is not
+ * built: IDEM_HAVE_DIRECT_CLAIM is 0 and idem_claim always uses SPI.
+ */
+#include "executor/executor.h"
+#if PG_VERSION_NUM >= 160000
+#include "parser/parse_relation.h"
+#endif
+
+#if PG_VERSION_NUM >= 140000
+#define IDEM_HAVE_DIRECT_CLAIM 1
+#else
+#define IDEM_HAVE_DIRECT_CLAIM 0
+#endif
+
+#if PG_VERSION_NUM >= 160000
+#define IDEM_EXEC_INSERT_INDEX_TUPLES(rri, slot, estate, noDupErr, specConflict, arbiters) \
+	ExecInsertIndexTuples((rri), (slot), (estate), false, (noDupErr), (specConflict), (arbiters), false)
+#elif PG_VERSION_NUM >= 140000
+#define IDEM_EXEC_INSERT_INDEX_TUPLES(rri, slot, estate, noDupErr, specConflict, arbiters) \
+	ExecInsertIndexTuples((rri), (slot), (estate), false, (noDupErr), (specConflict), (arbiters))
+#endif
+
+/* A range table of the one relation rte, for an executor state of our own. */
+static inline void
+idem_exec_init_range_table(EState *estate, RangeTblEntry *rte)
+{
+#if PG_VERSION_NUM >= 160000
+	List	   *perminfos = NIL;
+
+	addRTEPermissionInfo(&perminfos, rte);
+	ExecInitRangeTable(estate, list_make1(rte), perminfos);
+#else
+	ExecInitRangeTable(estate, list_make1(rte));
+#endif
+}
+
 /* The predefined role pg_read_all_stats: renamed in 14. */
 #if PG_VERSION_NUM < 140000
 #define ROLE_PG_READ_ALL_STATS DEFAULT_ROLE_READ_ALL_STATS

@@ -39,6 +39,7 @@ typedef struct TtlSetting
 
 static TtlSetting *default_ttl = NULL;
 
+bool		idem_direct_claim_enabled = true;
 bool		idem_log_duplicates = false;
 int			idem_max_attempts = 0;
 
@@ -136,6 +137,17 @@ _PG_init(void)
 							NULL,
 							NULL,
 							NULL);
+
+	DefineCustomBoolVariable("idempotency.direct_claim",
+							 "Lets idem_claim insert and read records without SPI where it can.",
+							 "Off: every claim runs its statements through SPI (for diagnosis; slower, same results).",
+							 &idem_direct_claim_enabled,
+							 true,
+							 PGC_USERSET,
+							 0,
+							 NULL,
+							 NULL,
+							 NULL);
 
 	idem_stats_init();
 	idem_worker_init();
@@ -324,4 +336,32 @@ idem_timestamptz_cstring(TimestampTz ts)
 {
 	return DatumGetCString(DirectFunctionCall1(timestamptz_out,
 											   TimestampTzGetDatum(ts)));
+}
+
+/*
+ * idem_status_is_valid(status text) RETURNS boolean
+ *
+ * True when status is one of the record statuses (IDEM_STATUS_*): the
+ * CHECK constraint of idem_records.  STRICT (NULL gives NULL, which a
+ * CHECK accepts; the column is NOT NULL).  Never fails.
+ */
+PG_FUNCTION_INFO_V1(idem_status_is_valid);
+
+Datum
+idem_status_is_valid(PG_FUNCTION_ARGS)
+{
+	static const char *const statuses[] = {
+		IDEM_STATUS_CLAIMED, IDEM_STATUS_IN_PROGRESS, IDEM_STATUS_COMPLETED,
+		IDEM_STATUS_FAILED, IDEM_STATUS_RETRYABLE, IDEM_STATUS_ISSUED,
+		IDEM_STATUS_CONSUMED
+	};
+	text	   *status = PG_GETARG_TEXT_PP(0);
+	const char *s = VARDATA_ANY(status);
+	size_t		len = VARSIZE_ANY_EXHDR(status);
+	int			i;
+
+	for (i = 0; i < lengthof(statuses); i++)
+		if (strlen(statuses[i]) == len && memcmp(statuses[i], s, len) == 0)
+			PG_RETURN_BOOL(true);
+	PG_RETURN_BOOL(false);
 }

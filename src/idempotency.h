@@ -18,6 +18,7 @@
  *	    worker.c       background purge: launcher and per-database workers
  *	    batch.c        idem_claim_many: batch claims in canonical key order
  *	    token.c        idem_token_issue, idem_token_consume: one-time tokens
+ *	    direct.c       idem_claim's fast path: speculative insertion without SPI
  *	    (each further file adds a line here)
  *
  *-------------------------------------------------------------------------
@@ -57,6 +58,7 @@
 
 /* GUCs (idempotency.c) */
 extern bool idem_log_duplicates;
+extern bool idem_direct_claim_enabled;
 extern int	idem_max_attempts;
 
 /*
@@ -86,7 +88,33 @@ extern char *idem_timestamptz_cstring(TimestampTz ts);
 
 /* records.c */
 extern bool idem_claim_one(Oid nsp, text *scope, text *key, TimestampTz now,
-						   TimestampTz expires, bytea *fp, const char *fname);
+						   TimestampTz expires, bytea *fp, const char *fname,
+						   bool try_direct);
+extern int	idem_claim_direct(Oid nsp, text *scope, text *key, TimestampTz now,
+							  TimestampTz expires, bytea *fp, const char *fname);
+/* The state of an existing record that decides a claim (records.c, direct.c). */
+typedef struct IdemRecordState
+{
+	char	   *status;
+	bytea	   *fingerprint;	/* NULL: none stored */
+	TimestampTz created_at;
+	TimestampTz expires_at;
+	TimestampTz locked_until;
+	bool		has_lock;		/* locked_until is not NULL */
+} IdemRecordState;
+
+/* direct.c */
+typedef enum IdemDirectResult
+{
+	IDEM_DIRECT_DECLINED,		/* not applicable: nothing done, use SPI */
+	IDEM_DIRECT_INSERTED,		/* the record was inserted */
+	IDEM_DIRECT_CONFLICT		/* a committed or own record holds the key */
+} IdemDirectResult;
+
+extern IdemDirectResult idem_direct_claim(Oid nsp, text *scope, text *key,
+										  TimestampTz now, TimestampTz expires,
+										  bytea *fp, IdemRecordState *rec);
+
 extern void idem_fingerprint_mismatch(const char *fname, text *scope, text *key,
 									  TimestampTz first_claimed);
 

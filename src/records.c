@@ -169,20 +169,91 @@ idem_fingerprint_mismatch(const char *fname, text *scope, text *key,
 }
 
 /*
- * Claim one (scope, key) for the current transaction: the heart of
- * idem_claim, shared with idem_claim_many.  The caller has validated the
- * arguments, checked the transaction is writable and called SPI_connect.
- * now and expires are the call's clock and the new record's expiry; fp is
- * the fingerprint digest or NULL.  Returns true when this transaction now
- * owns the key, false for a duplicate.  Errors as idem_claim.
+ * Decide a claim against an existing record: returns true when the record
+ * can be taken over (expired, a retryable failure, or a lease that ran
+ * out), false when the claim is a duplicate (then counted and, with
+ * idempotency.log_duplicates, logged).  Raises ID001 for a live record
+ * whose stored fingerprint differs from fp.
+ */
+static bool
+claim_verdict(IdemRecordState *rec, text *scope, text *key, TimestampTz now,
+			  bytea *fp, const char *fname)
+{
+	bool		live = rec->expires_at > now;
+
+	if (live && fp != NULL && rec->fingerprint != NULL &&
+		!bytea_equal(fp, rec->fingerprint))
+		idem_fingerprint_mismatch(fname, scope, key, rec->created_at);
+
+	if (live &&
+		strcmp(rec->status, IDEM_STATUS_RETRYABLE) != 0 &&
+		!(strcmp(rec->status, IDEM_STATUS_IN_PROGRESS) == 0 &&
+		  rec->has_lock && rec->locked_until <= now))
+	{
+		/* A duplicate. */
+		if (idem_log_duplicates)
+			ereport(LOG,
+					(errmsg("idempotency: duplicate claim of key \"%s\" in scope \"%s\", first claimed at %s, status %s",
+							text_to_cstring(key), text_to_cstring(scope),
+							idem_timestamptz_cstring(rec->created_at), rec->status),
+					 errhidestmt(true)));
+		idem_stats_count(scope, strcmp(rec->status, IDEM_STATUS_IN_PROGRESS) == 0 ?
+						 IDEM_STAT_IN_PROGRESS_CONFLICT : IDEM_STAT_DUPLICATE);
+		return false;
+	}
+	return true;
+}
+
+/*
+ * The fast path of a claim (direct.c), without SPI: 1 when this transaction
+ * now owns the key, 0 for a duplicate, -1 when undecided (the fast path
+ * does not apply, or the record must be taken over): then the SPI path
+ * decides.  Errors as idem_claim.
+ */
+int
+idem_claim_direct(Oid nsp, text *scope, text *key, TimestampTz now,
+				  TimestampTz expires, bytea *fp, const char *fname)
+{
+	IdemRecordState rec;
+
+	switch (idem_direct_claim(nsp, scope, key, now, expires, fp, &rec))
+	{
+		case IDEM_DIRECT_INSERTED:
+			idem_stats_count(scope, IDEM_STAT_CLAIMED);
+			return 1;
+		case IDEM_DIRECT_CONFLICT:
+			return claim_verdict(&rec, scope, key, now, fp, fname) ? -1 : 0;
+		case IDEM_DIRECT_DECLINED:
+			break;
+	}
+	return -1;
+}
+
+/*
+ * Claim one (scope, key) for the current transaction through SPI: the
+ * heart of idem_claim, shared with idem_claim_many.  The caller has
+ * validated the arguments, checked the transaction is writable and called
+ * SPI_connect.  now and expires are the call's clock and the new record's
+ * expiry; fp is the fingerprint digest or NULL.  With try_direct the fast
+ * path is tried first.  Returns true when this transaction now owns the
+ * key, false for a duplicate.  Errors as idem_claim.
  */
 bool
 idem_claim_one(Oid nsp, text *scope, text *key, TimestampTz now,
-			   TimestampTz expires, bytea *fp, const char *fname)
+			   TimestampTz expires, bytea *fp, const char *fname,
+			   bool try_direct)
 {
 	Datum		values[5];
 	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
 	int			invisible = 0;
+
+	if (try_direct)
+	{
+		int			r = idem_claim_direct(nsp, scope, key, now, expires, fp, fname);
+
+		if (r >= 0)
+			return r == 1;
+	}
 
 	values[0] = PointerGetDatum(scope);
 	values[1] = PointerGetDatum(key);
@@ -195,12 +266,8 @@ idem_claim_one(Oid nsp, text *scope, text *key, TimestampTz now,
 	for (;;)
 	{
 		bool		isnull;
-		char	   *status;
-		TimestampTz created_at;
-		TimestampTz expires_at;
-		TimestampTz locked_until = 0;
-		bool		has_lock;
-		bool		live;
+		Datum		d;
+		IdemRecordState rec;
 
 		if (idem_query_exec(&q_claim_insert, nsp, values, nulls, false, 0) == 1)
 		{
@@ -226,37 +293,16 @@ idem_claim_one(Oid nsp, text *scope, text *key, TimestampTz now,
 			continue;
 		}
 
-		status = TextDatumGetCString(spi_col(0, 1, &isnull));
-		created_at = DatumGetTimestampTz(spi_col(0, 3, &isnull));
-		expires_at = DatumGetTimestampTz(spi_col(0, 4, &isnull));
-		locked_until = DatumGetTimestampTz(spi_col(0, 5, &has_lock));
-		has_lock = !has_lock;
-		live = expires_at > now;
+		rec.status = TextDatumGetCString(spi_col(0, 1, &isnull));
+		d = spi_col(0, 2, &isnull);
+		rec.fingerprint = isnull ? NULL : DatumGetByteaPP(d);
+		rec.created_at = DatumGetTimestampTz(spi_col(0, 3, &isnull));
+		rec.expires_at = DatumGetTimestampTz(spi_col(0, 4, &isnull));
+		rec.locked_until = DatumGetTimestampTz(spi_col(0, 5, &isnull));
+		rec.has_lock = !isnull;
 
-		if (live && fp != NULL)
-		{
-			Datum		stored = spi_col(0, 2, &isnull);
-
-			if (!isnull && !bytea_equal(fp, DatumGetByteaPP(stored)))
-				idem_fingerprint_mismatch(fname, scope, key, created_at);
-		}
-
-		if (live &&
-			strcmp(status, IDEM_STATUS_RETRYABLE) != 0 &&
-			!(strcmp(status, IDEM_STATUS_IN_PROGRESS) == 0 &&
-			  has_lock && locked_until <= now))
-		{
-			/* A duplicate. */
-			if (idem_log_duplicates)
-				ereport(LOG,
-						(errmsg("idempotency: duplicate claim of key \"%s\" in scope \"%s\", first claimed at %s, status %s",
-								text_to_cstring(key), text_to_cstring(scope),
-								idem_timestamptz_cstring(created_at), status),
-						 errhidestmt(true)));
-			idem_stats_count(scope, strcmp(status, IDEM_STATUS_IN_PROGRESS) == 0 ?
-							 IDEM_STAT_IN_PROGRESS_CONFLICT : IDEM_STAT_DUPLICATE);
+		if (!claim_verdict(&rec, scope, key, now, fp, fname))
 			return false;
-		}
 
 		/* Expired, retryable or abandoned: take it over. */
 		if (idem_query_exec(&q_claim_takeover, nsp, values, nulls, false, 0) == 1)
@@ -287,9 +333,18 @@ claim_internal(FunctionCallInfo fcinfo, text *scope, text *key,
 	expires = idem_expiry(fcinfo, ttl_argno, now, fname);
 	fp = idem_fingerprint_digest(fcinfo, fp_argno);
 
+	/* Most claims are decided without SPI. */
+	switch (idem_claim_direct(nsp, scope, key, now, expires, fp, fname))
+	{
+		case 1:
+			return true;
+		case 0:
+			return false;
+	}
+
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	claimed = idem_claim_one(nsp, scope, key, now, expires, fp, fname);
+	claimed = idem_claim_one(nsp, scope, key, now, expires, fp, fname, false);
 	SPI_finish();
 	return claimed;
 }

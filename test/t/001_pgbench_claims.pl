@@ -123,6 +123,43 @@ sub run_and_check
 run_and_check('rc', 'READ COMMITTED', '');
 run_and_check('rr', 'REPEATABLE READ', '--max-tries=1000');
 
+# Lockstep: every client claims the same new key at the same moment (the
+# key is the current half-millisecond), so claims of a key that does not
+# exist yet collide between the primary-key probe and the index entry of
+# the fast path (src/direct.c) and must restart as ExecInsert does.  Each
+# key has exactly one winner, whose ledger row is written in the same
+# statement; no client sees an error.  Once with the fast path, once
+# through SPI.
+$node->safe_psql('postgres', 'CREATE TABLE winners (scope text, key text)');
+for my $mode ('on', 'off')
+{
+	my $scope = "lockstep_$mode";
+	$node->pgbench(
+		"-n -c $clients -j 2 -T 3",
+		0,
+		[ qr{number of failed transactions: 0 } ],
+		[qr{^$}],
+		"lockstep claims (direct_claim $mode)",
+		{
+			"lockstep_$mode" => qq{
+SET idempotency.direct_claim = $mode;
+INSERT INTO winners
+SELECT '$scope', k
+FROM (SELECT (extract(epoch FROM clock_timestamp()) * 2000)::bigint::text AS k) AS t
+WHERE idem_claim('$scope', k);
+}
+		});
+	my ($wins, $keys_won, $records) = split /\|/, $node->safe_psql(
+		'postgres', qq{
+		SELECT (SELECT count(*) FROM winners WHERE scope = '$scope'),
+		       (SELECT count(DISTINCT key) FROM winners WHERE scope = '$scope'),
+		       (SELECT count(*) FROM idem_records WHERE scope = '$scope')});
+	note "lockstep ($mode): $wins wins, $records records";
+	cmp_ok($records, '>', 0, "lockstep ($mode): keys were claimed");
+	is($wins, $keys_won, "lockstep ($mode): no key won twice");
+	is($wins, $records, "lockstep ($mode): every record has its one winner");
+}
+
 # idempotency.log_duplicates: one LOG line per duplicate claim.
 my $offset = -s $node->logfile;
 $node->safe_psql(

@@ -115,6 +115,8 @@ my %null_rules = (
 	'idem_await(text,text,interval)' =>
 	  [ '', [ q{'s'}, q{'nk'}, q{'0'} ], [ '22004', '22004', '22004' ] ],
 	'idem_token_issue(text,interval)' => [ '', [ q{'s'}, q{'1 hour'} ], [ '22004', '22004' ] ],
+	# STRICT: NULL in, NULL out (a CHECK accepts it; the column is NOT NULL).
+	'idem_status_is_valid(text)' => [ '', [ q{'claimed'} ], [ 'ok:' ] ],
 	'idem_token_consume(text,text)' =>
 	  [ '', [ q{'s'}, q{'0123456789abcdef0123456789abcdef'} ], [ '22004', '22004' ] ],
 	'idem_machine_define(text,jsonb)' => [

@@ -141,6 +141,8 @@ my %calls = (
 	'idem_can_transition(text,text,text)' => [ [ q{SELECT idem_can_transition('secm', 'new', 'paid')}, 'ok:t' ] ],
 	'idem_transition(text,text,text)'     => [ [ q{SELECT idem_transition('secm', 'new', 'paid')}, 'ok:paid' ] ],
 	'idem_guard_allows(text,text,text)'   => [ [ q{SELECT idem_guard_allows('secm', 'paid', 'new')}, 'ok:f' ] ],
+	# Public by design: a pure function of its argument (the CHECK on status).
+	'idem_status_is_valid(text)' => [ [ q{SELECT idem_status_is_valid('claimed')}, 'ok:t' ] ],
 	# Trigger functions cannot be called directly.
 	'idem_guard_trigger()'    => [ [ q{SELECT idem_guard_trigger()},    '39P01' ] ],
 	'idem_machines_trigger()' => [ [ q{SELECT idem_machines_trigger()}, '39P01' ] ],);

@@ -1,0 +1,489 @@
+/*-------------------------------------------------------------------------
+ *
+ * direct.c
+ *	  The fast path of idem_claim: the executor's speculative insertion
+ *	  (the mechanism behind INSERT ... ON CONFLICT DO NOTHING), called
+ *	  directly instead of through SPI, and a duplicate's record read from
+ *	  the conflicting tuple itself.
+ *
+ *	  Why: a claim through SPI runs a whole statement (plan cache lookup,
+ *	  executor start and end, a snapshot, a portal) inside the caller's
+ *	  statement, and a duplicate runs two (the INSERT that meets the
+ *	  conflict, then a SELECT that reads the row).  Here one call opens the
+ *	  table and its indexes, probes the primary key, and either inserts the
+ *	  record or reads the one that is there.
+ *
+ *	  Semantics are those of the SPI path in records.c, step by step:
+ *	  ExecCheckIndexConstraints probes the primary key with a dirty
+ *	  snapshot, waiting for a transaction that is inserting or deleting the
+ *	  same key (honouring lock_timeout and statement_timeout), exactly as
+ *	  ON CONFLICT's pre-check does; with no conflict the tuple is inserted
+ *	  with a speculative token and its index entries are made, and a
+ *	  conflict found only then (a concurrent inserter won the race) kills
+ *	  the tuple and starts again, as ExecInsert does.  A conflicting record
+ *	  is committed, or this transaction's own: the caller decides with the
+ *	  same rules as the SPI path whether it is a duplicate; a record that
+ *	  can be taken over is left to the SPI path, whose UPDATE re-checks the
+ *	  condition on the newest row version.
+ *
+ *	  Constraints: checked once before the first insertion, as an INSERT
+ *	  checks them, and not for a duplicate.  PostgreSQL re-reads and
+ *	  compiles a CHECK's stored expression at every insertion; the CHECK
+ *	  the extension puts on status (idem_status_is_valid(status)) accepts
+ *	  the 'claimed' inserted here, so when it is the only CHECK and every
+ *	  NOT NULL column has a value, evaluating is skipped.  Any other
+ *	  constraint is evaluated with ExecConstraints, with its usual error.
+ *
+ *	  When the fast path declines (the caller then takes the SPI path,
+ *	  which is always correct): idempotency.direct_claim is off;
+ *	  PostgreSQL 13 (see compat.h);
+ *	  REPEATABLE READ and SERIALIZABLE (the SPI path raises 40001 on a
+ *	  record committed after the snapshot, and takes SSI's predicate
+ *	  locks); a role without table-wide INSERT and SELECT on idem_records
+ *	  (SPI raises the permission error, or uses column privileges);
+ *	  row-level security in force for the role; triggers, stored generated
+ *	  columns or a column layout other than the extension's on
+ *	  idem_records (a DBA's change must behave as plain SQL would); an
+ *	  idem_records that is not an ordinary table.
+ *
+ *	  Locking: the table is opened with RowExclusiveLock, as an INSERT
+ *	  does, and kept until the end of the transaction; its indexes are
+ *	  opened by ExecOpenIndices (RowExclusiveLock).  The speculative
+ *	  insertion lock is held only between the heap insertion and the index
+ *	  insertions.
+ *
+ *	  Visibility: the new tuple carries the current command id, which is
+ *	  marked used, so the next CommandCounterIncrement (the next statement,
+ *	  or SPI's next writing statement) makes it visible; the dirty-snapshot
+ *	  probe of a later call sees it at once, so a second claim of the same
+ *	  key in one statement is a duplicate, as with SPI.
+ *
+ *	  Memory: everything is allocated in a private executor state, freed
+ *	  before returning; the existing record's values that are handed back
+ *	  are copied into the caller's memory context.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "catalog/pg_index.h"
+#include "catalog/pg_language.h"
+#include "catalog/pg_proc.h"
+#include "catalog/pg_type.h"
+#include "executor/executor.h"
+#include "miscadmin.h"
+#include "nodes/makefuncs.h"
+#include "storage/lmgr.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+#include "utils/rls.h"
+#include "utils/snapmgr.h"
+#include "utils/syscache.h"
+
+#include "idempotency.h"
+
+#if IDEM_HAVE_DIRECT_CLAIM
+
+/* The columns of idem_records, in order, as the install script makes them. */
+static const struct
+{
+	const char *name;
+	Oid			type;
+}			record_columns[] =
+{
+	{"scope", TEXTOID},
+	{"key", TEXTOID},
+	{"status", TEXTOID},
+	{"fingerprint", BYTEAOID},
+	{"result", JSONBOID},
+	{"created_at", TIMESTAMPTZOID},
+	{"updated_at", TIMESTAMPTZOID},
+	{"expires_at", TIMESTAMPTZOID},
+	{"locked_until", TIMESTAMPTZOID},
+	{"token", INT8OID},
+	{"attempts", INT4OID},
+	{"lease", INTERVALOID},
+};
+
+#define NCOLUMNS lengthof(record_columns)
+
+/* Attribute numbers (1-based) of the columns used here. */
+#define COL_SCOPE			1
+#define COL_KEY				2
+#define COL_STATUS			3
+#define COL_FINGERPRINT		4
+#define COL_CREATED_AT		6
+#define COL_UPDATED_AT		7
+#define COL_EXPIRES_AT		8
+#define COL_LOCKED_UNTIL	9
+#define COL_ATTEMPTS		11
+
+/*
+ * May the fast path write to rel?  Only when a plain INSERT by the current
+ * role would do exactly what it does: see the header comment.
+ */
+static bool
+direct_usable(Relation rel)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+	Oid			relid = RelationGetRelid(rel);
+	Oid			user = GetUserId();
+	int			i;
+
+	if (rel->rd_rel->relkind != RELKIND_RELATION ||
+		rel->rd_rel->relispartition ||
+		rel->trigdesc != NULL ||
+		desc->natts != (int) NCOLUMNS ||
+		(desc->constr != NULL && desc->constr->has_generated_stored))
+		return false;
+
+	for (i = 0; i < (int) NCOLUMNS; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+
+		if (att->attisdropped || att->atttypid != record_columns[i].type ||
+			strcmp(NameStr(att->attname), record_columns[i].name) != 0)
+			return false;
+	}
+
+	if (pg_class_aclcheck(relid, user, ACL_INSERT) != ACLCHECK_OK ||
+		pg_class_aclcheck(relid, user, ACL_SELECT) != ACLCHECK_OK)
+		return false;
+
+	return check_enable_rls(relid, InvalidOid, true) == RLS_NONE;
+}
+
+/*
+ * The stored expression (ccbin) of idem_records' CHECK constraint once it
+ * has been found to be the extension's own status check, or NULL; in
+ * TopMemoryContext.  Reset when any function changes (syscache callback),
+ * so a replaced idem_status_is_valid is looked at again.
+ */
+static char *known_check = NULL;
+static bool known_check_callback = false;
+
+static void
+forget_known_check(Datum arg, int cacheid, uint32 hashvalue)
+{
+	if (known_check != NULL)
+		pfree(known_check);
+	known_check = NULL;
+}
+
+/* Is funcid the C function idem_status_is_valid of this library in nsp? */
+static bool
+is_status_check_function(Oid funcid, Oid nsp)
+{
+	HeapTuple	tup = SearchSysCache1(PROCOID, ObjectIdGetDatum(funcid));
+	Form_pg_proc proc;
+	bool		isnull;
+	Datum		d;
+	bool		ok = false;
+
+	if (!HeapTupleIsValid(tup))
+		return false;
+	proc = (Form_pg_proc) GETSTRUCT(tup);
+	if (proc->prolang == ClanguageId && proc->pronamespace == nsp &&
+		proc->pronargs == 1 && proc->proisstrict)
+	{
+		d = SysCacheGetAttr(PROCOID, tup, Anum_pg_proc_prosrc, &isnull);
+		ok = !isnull && strcmp(TextDatumGetCString(d), "idem_status_is_valid") == 0;
+		d = SysCacheGetAttr(PROCOID, tup, Anum_pg_proc_probin, &isnull);
+		ok = ok && !isnull &&
+			strcmp(TextDatumGetCString(d), "$libdir/idempotency") == 0;
+	}
+	ReleaseSysCache(tup);
+	return ok;
+}
+
+/*
+ * Do the constraints of idem_records hold for the record about to be
+ * inserted (nulls: which of its columns are NULL), without evaluating
+ * them?  True when every NOT NULL column has a value and the only CHECK
+ * is the extension's idem_status_is_valid(status), which accepts the
+ * 'claimed' inserted here.  PostgreSQL would re-read and compile that
+ * CHECK at every insertion; any other constraint makes this false and the
+ * caller evaluates them all with ExecConstraints.
+ */
+static bool
+constraints_hold(Relation rel, Oid nsp, const bool *nulls)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+	TupleConstr *constr = desc->constr;
+	const char *ccbin;
+	Node	   *expr;
+	FuncExpr   *f;
+	int			i;
+
+	for (i = 0; i < desc->natts; i++)
+		if (TupleDescAttr(desc, i)->attnotnull && nulls[i])
+			return false;
+	if (constr == NULL || constr->num_check == 0)
+		return true;
+	if (constr->num_check != 1)
+		return false;
+
+	ccbin = constr->check[0].ccbin;
+	if (known_check != NULL && strcmp(ccbin, known_check) == 0)
+		return true;
+
+	expr = stringToNode(ccbin);
+	if (!IsA(expr, FuncExpr))
+		return false;
+	f = (FuncExpr *) expr;
+	if (list_length(f->args) != 1 || !IsA(linitial(f->args), Var) ||
+		((Var *) linitial(f->args))->varattno != COL_STATUS ||
+		!is_status_check_function(f->funcid, nsp))
+		return false;
+
+	if (!known_check_callback)
+	{
+		CacheRegisterSyscacheCallback(PROCOID, forget_known_check, (Datum) 0);
+		known_check_callback = true;
+	}
+	if (known_check != NULL)
+		pfree(known_check);
+	known_check = MemoryContextStrdup(TopMemoryContext, ccbin);
+	return true;
+}
+
+/*
+ * Is the primary key of the opened relation a plain unique index on
+ * (scope, key), the arbiter of the claim?
+ */
+static bool
+primary_key_is_scope_key(ResultRelInfo *rri)
+{
+	Oid			pk = RelationGetPrimaryKeyIndex(rri->ri_RelationDesc);
+	int			i;
+
+	if (!OidIsValid(pk))
+		return false;
+	for (i = 0; i < rri->ri_NumIndices; i++)
+	{
+		Form_pg_index index = rri->ri_IndexRelationDescs[i]->rd_index;
+
+		if (index->indexrelid == pk)
+			return index->indisunique && index->indimmediate &&
+				index->indnkeyatts == 2 &&
+				index->indkey.values[0] == COL_SCOPE &&
+				index->indkey.values[1] == COL_KEY &&
+				rri->ri_IndexRelationInfo[i]->ii_Expressions == NIL &&
+				rri->ri_IndexRelationInfo[i]->ii_Predicate == NIL;
+	}
+	return false;
+}
+
+/*
+ * Copy the parts of the conflicting record that the claim decision needs
+ * out of slot (which holds the tuple at *tid) into *rec, in the caller's
+ * memory context.
+ */
+static void
+read_record(TupleTableSlot *slot, IdemRecordState *rec, MemoryContext into)
+{
+	MemoryContext old;
+	bool		isnull;
+	Datum		d;
+
+	old = MemoryContextSwitchTo(into);
+
+	d = slot_getattr(slot, COL_STATUS, &isnull);
+	rec->status = isnull ? pstrdup("") : TextDatumGetCString(d);
+
+	d = slot_getattr(slot, COL_FINGERPRINT, &isnull);
+	rec->fingerprint = isnull ? NULL : DatumGetByteaPCopy(d);
+
+	d = slot_getattr(slot, COL_CREATED_AT, &isnull);
+	rec->created_at = isnull ? 0 : DatumGetTimestampTz(d);
+
+	d = slot_getattr(slot, COL_EXPIRES_AT, &isnull);
+	rec->expires_at = isnull ? 0 : DatumGetTimestampTz(d);
+
+	d = slot_getattr(slot, COL_LOCKED_UNTIL, &isnull);
+	rec->has_lock = !isnull;
+	rec->locked_until = isnull ? 0 : DatumGetTimestampTz(d);
+
+	MemoryContextSwitchTo(old);
+}
+
+/*
+ * Insert a 'claimed' record for (scope, key), or find the record that is
+ * there.  nsp is the extension's schema; now, expires and fp (NULL: none)
+ * are the new record's created_at/updated_at, expires_at and fingerprint.
+ *
+ * Returns IDEM_DIRECT_INSERTED when the record was inserted,
+ * IDEM_DIRECT_CONFLICT when a committed (or own) record holds the key (its
+ * state is in *rec), or IDEM_DIRECT_DECLINED when the fast path does not
+ * apply (nothing was done; use the SPI path).  Errors are those of an
+ * INSERT: 55P03/57014 while waiting for another transaction's claim of the
+ * key, 23505 from a unique index a DBA added, 23514 from a CHECK a DBA
+ * added, 25006 in a read-only transaction (checked by the caller).
+ */
+IdemDirectResult
+idem_direct_claim(Oid nsp, text *scope, text *key, TimestampTz now,
+				  TimestampTz expires, bytea *fp, IdemRecordState *rec)
+{
+	MemoryContext caller = CurrentMemoryContext;
+	Oid			relid;
+	Relation	rel;
+	EState	   *estate;
+	ResultRelInfo *rri;
+	TupleTableSlot *slot;
+	TupleTableSlot *existing;
+	RangeTblEntry *rte;
+	List	   *arbiters;
+	Datum		values[NCOLUMNS];
+	bool		nulls[NCOLUMNS];
+	IdemDirectResult result;
+	bool		checked = false;
+
+	if (!idem_direct_claim_enabled || IsolationUsesXactSnapshot())
+		return IDEM_DIRECT_DECLINED;
+
+	relid = get_relname_relid("idem_records", nsp);
+	if (!OidIsValid(relid))
+		return IDEM_DIRECT_DECLINED;
+
+	rel = table_open(relid, RowExclusiveLock);
+	if (!direct_usable(rel))
+	{
+		table_close(rel, NoLock);
+		return IDEM_DIRECT_DECLINED;
+	}
+
+	estate = CreateExecutorState();
+	rte = makeNode(RangeTblEntry);
+	rte->rtekind = RTE_RELATION;
+	rte->relid = relid;
+	rte->relkind = rel->rd_rel->relkind;
+	rte->rellockmode = RowExclusiveLock;
+	idem_exec_init_range_table(estate, rte);
+
+	rri = makeNode(ResultRelInfo);
+	InitResultRelInfo(rri, rel, 1, NULL, 0);
+	ExecOpenIndices(rri, true);
+
+	if (!primary_key_is_scope_key(rri))
+	{
+		ExecCloseIndices(rri);
+		FreeExecutorState(estate);
+		table_close(rel, NoLock);
+		return IDEM_DIRECT_DECLINED;
+	}
+	arbiters = list_make1_oid(RelationGetPrimaryKeyIndex(rel));
+
+	slot = table_slot_create(rel, &estate->es_tupleTable);
+	existing = table_slot_create(rel, &estate->es_tupleTable);
+
+	memset(nulls, true, sizeof(nulls));
+	values[COL_SCOPE - 1] = PointerGetDatum(scope);
+	values[COL_KEY - 1] = PointerGetDatum(key);
+	values[COL_STATUS - 1] = CStringGetTextDatum(IDEM_STATUS_CLAIMED);
+	values[COL_FINGERPRINT - 1] = PointerGetDatum(fp);
+	values[COL_CREATED_AT - 1] = TimestampTzGetDatum(now);
+	values[COL_UPDATED_AT - 1] = TimestampTzGetDatum(now);
+	values[COL_EXPIRES_AT - 1] = TimestampTzGetDatum(expires);
+	values[COL_ATTEMPTS - 1] = Int32GetDatum(0);
+	nulls[COL_SCOPE - 1] = false;
+	nulls[COL_KEY - 1] = false;
+	nulls[COL_STATUS - 1] = false;
+	nulls[COL_FINGERPRINT - 1] = (fp == NULL);
+	nulls[COL_CREATED_AT - 1] = false;
+	nulls[COL_UPDATED_AT - 1] = false;
+	nulls[COL_EXPIRES_AT - 1] = false;
+	nulls[COL_ATTEMPTS - 1] = false;
+
+	ExecClearTuple(slot);
+	memcpy(slot->tts_values, values, sizeof(values));
+	memcpy(slot->tts_isnull, nulls, sizeof(nulls));
+	ExecStoreVirtualTuple(slot);
+
+	for (;;)
+	{
+		ItemPointerData conflict;
+		bool		spec_conflict = false;
+		uint32		token;
+		List	   *recheck;
+
+		CHECK_FOR_INTERRUPTS();
+
+		/* Waits for an in-progress inserter or deleter of the key. */
+		if (!ExecCheckIndexConstraints(rri, slot, estate, &conflict, arbiters))
+		{
+			if (!table_tuple_fetch_row_version(rel, &conflict, SnapshotAny, existing))
+				elog(ERROR, "idempotency: conflicting tuple (%u,%u) of idem_records not found",
+					 ItemPointerGetBlockNumber(&conflict),
+					 ItemPointerGetOffsetNumber(&conflict));
+			read_record(existing, rec, caller);
+			result = IDEM_DIRECT_CONFLICT;
+			break;
+		}
+
+		/*
+		 * Constraints are checked before the first insertion, as an INSERT
+		 * does, but not for a duplicate, which writes nothing.
+		 */
+		if (!checked)
+		{
+			if (!constraints_hold(rel, nsp, nulls))
+				ExecConstraints(rri, slot, estate);
+			checked = true;
+		}
+
+		/* As an INSERT: the command id is marked used, an xid assigned. */
+		estate->es_output_cid = GetCurrentCommandId(true);
+		token = SpeculativeInsertionLockAcquire(GetCurrentTransactionId());
+		table_tuple_insert_speculative(rel, slot, estate->es_output_cid, 0, NULL, token);
+		recheck = IDEM_EXEC_INSERT_INDEX_TUPLES(rri, slot, estate, true,
+												&spec_conflict, arbiters);
+		table_tuple_complete_speculative(rel, slot, token, !spec_conflict);
+		SpeculativeInsertionLockRelease(GetCurrentTransactionId());
+
+		if (spec_conflict)
+		{
+			/*
+			 * A concurrent claim of the key won the race between the probe
+			 * and our index entry: our tuple is dead; look again (and wait
+			 * for that claim's transaction, as ExecInsert does).
+			 */
+			list_free(recheck);
+			continue;
+		}
+
+		/*
+		 * Otherwise only a deferrable unique or exclusion constraint asks
+		 * for a recheck, and such a constraint comes with a trigger, which
+		 * made direct_usable() decline.
+		 */
+		if (recheck != NIL)
+			elog(ERROR, "idempotency: unexpected deferred index constraint on idem_records");
+		result = IDEM_DIRECT_INSERTED;
+		break;
+	}
+
+	ExecCloseIndices(rri);
+	ExecResetTupleTable(estate->es_tupleTable, false);
+	FreeExecutorState(estate);
+	table_close(rel, NoLock);
+
+	return result;
+}
+
+#else							/* !IDEM_HAVE_DIRECT_CLAIM */
+
+IdemDirectResult
+idem_direct_claim(Oid nsp, text *scope, text *key, TimestampTz now,
+				  TimestampTz expires, bytea *fp, IdemRecordState *rec)
+{
+	return IDEM_DIRECT_DECLINED;
+}
+
+#endif							/* IDEM_HAVE_DIRECT_CLAIM */

@@ -25,7 +25,9 @@
  *	  only connected to while a round runs.
  *
  *	  A round: idem_purge(idempotency.purge_batch_size) in the schema of the
- *	  extension, one batch per transaction, committed after each, until a
+ *	  extension, one batch per transaction, committed after each, with a
+ *	  pause of idempotency.purge_delay between two batches (so a large
+ *	  backlog takes a fraction of a core and spreads its WAL), until a
  *	  batch removes fewer rows than the batch size; then one LOG line with
  *	  the total when it is not zero.  idem_purge skips rows locked by other
  *	  transactions, so a round never waits for a claim; a claim of a key in
@@ -50,7 +52,7 @@
  *	  restarted launcher, which has lost its handles, starts no second one.
  *
  *	  Settings: idempotency.purge_databases is fixed at server start;
- *	  purge_naptime and purge_batch_size are re-read on SIGHUP, by the
+ *	  purge_naptime, purge_batch_size and purge_delay are re-read on SIGHUP, by the
  *	  launcher and between batches by a running round; naptime 0 stops
  *	  purging (the launcher sleeps until the next reload).
  *
@@ -104,6 +106,7 @@ PGDLLEXPORT void idem_purge_worker_main(Datum main_arg);
 static char *purge_databases = NULL;
 static int	purge_naptime = 60;		/* seconds; 0 = off */
 static int	purge_batch_size = 10000;
+static int	purge_delay = 500;		/* milliseconds between two batches */
 
 /* Shared memory: one slot per listed database, in list order. */
 typedef struct PurgeSlot
@@ -236,8 +239,8 @@ purge_shmem_startup(void)
 }
 
 /*
- * Called from _PG_init: defines idempotency.purge_naptime and
- * purge_batch_size; when the library is being preloaded, also
+ * Called from _PG_init: defines idempotency.purge_naptime,
+ * purge_batch_size and purge_delay; when the library is being preloaded, also
  * idempotency.purge_databases and, if that is not empty, requests the
  * slots in shared memory and registers the launcher.
  */
@@ -270,6 +273,19 @@ idem_worker_init(void)
 							INT_MAX,
 							PGC_SIGHUP,
 							0,
+							NULL,
+							NULL,
+							NULL);
+
+	DefineCustomIntVariable("idempotency.purge_delay",
+							"Pause of the background purge between two batches of a round.",
+							"Keeps a large backlog from taking a whole core and flooding the WAL; 0 purges batch after batch.",
+							&purge_delay,
+							500,
+							0,
+							INT_MAX,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
 							NULL,
 							NULL,
 							NULL);
@@ -598,6 +614,14 @@ purge_round(PurgeSlot *slot, const char *dbname)
 		total += removed;
 		if (removed < batch)
 			break;
+
+		/* Throttle: the next batch after idempotency.purge_delay. */
+		if (purge_delay > 0)
+		{
+			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							 purge_delay, PG_WAIT_EXTENSION);
+			ResetLatch(MyLatch);
+		}
 	}
 
 	if (total > 0)

@@ -37,7 +37,8 @@ SELECT outcome FROM idem_begin('stats-noop', 'job');
 -- while the library is preloaded); none of them can be SET in a session.
 SELECT name, setting, unit, context FROM pg_catalog.pg_settings
 WHERE name IN ('idempotency.purge_databases', 'idempotency.purge_naptime',
-               'idempotency.purge_batch_size', 'idempotency.stats_max_scopes')
+               'idempotency.purge_batch_size', 'idempotency.purge_delay',
+               'idempotency.stats_max_scopes')
 ORDER BY name;
 SELECT pg_temp.try($$SET idempotency.purge_naptime = '5s'$$) AS result
 UNION ALL

@@ -28,6 +28,7 @@ shared_preload_libraries = 'idempotency'
 idempotency.purge_databases = 'postgres, noext, nodb'
 idempotency.purge_naptime = 1s
 idempotency.purge_batch_size = 500
+idempotency.purge_delay = 50ms
 });
 $node->start;
 

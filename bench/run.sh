@@ -24,11 +24,17 @@
 #   BENCH_DUP_ROWS     existing keys for "dup" [100000]
 #   BENCH_PURGE_ROWS   backlog of expired records for "purge"
 #                      [300000 per second of BENCH_SECONDS]
-#   BENCH_PURGE_BATCH  idem_purge batch size [10000]
+#   BENCH_PURGE_BATCH  idem_purge batch size [10000, the worker's default]
+#   BENCH_PURGE_DELAY  pause between two batches, in ms [500, the worker's
+#                      default idempotency.purge_delay; 0: back to back]
 #   BENCH_BATCH_KEYS   keys per transaction in "batch" [500]
 #   BENCH_ORDERS       rows of the "transition" table [1000000]
 #   BENCH_ACCOUNTS     accounts of the "business" pair [100000]
 #   BENCH_SHARED_BUFFERS  [2GB]
+#   BENCH_BASELINE_CHECK  1: give the hand-written table idem_records' CHECK
+#                      on status too [0: primary key and columns only]
+#   BENCH_BASELINE_INDEX  1: give the hand-written table an index on
+#                      expires_at too, as idem_records has for purging [0]
 #   BENCH_PRELOAD      1: shared_preload_libraries = 'idempotency' [0]
 #   BENCH_BUILD        0: benchmark the extension installed on the system
 #                      instead of building the current tree [1]
@@ -40,7 +46,9 @@
 #   KEEP_WORK          1: keep the work directory (raw results, logs,
 #                      profiles)
 #
-# Quick mode (a few minutes):
+# The full run takes about 17 minutes on 2 quiet cores (20 with the
+# profile), more on a busy machine.  Quick mode (about 8 minutes; 4 with
+# BENCH_SYNC=off):
 #   BENCH_SECONDS=3 BENCH_WARMUP=1 BENCH_SCALE_ROWS=1000000 make bench
 set -u
 . "$(dirname "$0")/../test/harness.sh"
@@ -55,18 +63,21 @@ BENCH_SCALE_ROWS=${BENCH_SCALE_ROWS:-10000000}
 BENCH_DUP_ROWS=${BENCH_DUP_ROWS:-100000}
 BENCH_PURGE_ROWS=${BENCH_PURGE_ROWS:-$((300000 * BENCH_SECONDS))}
 BENCH_PURGE_BATCH=${BENCH_PURGE_BATCH:-10000}
+BENCH_PURGE_DELAY=${BENCH_PURGE_DELAY:-500}
 BENCH_BATCH_KEYS=${BENCH_BATCH_KEYS:-500}
 BENCH_ORDERS=${BENCH_ORDERS:-1000000}
 BENCH_ACCOUNTS=${BENCH_ACCOUNTS:-100000}
 BENCH_SHARED_BUFFERS=${BENCH_SHARED_BUFFERS:-2GB}
 BENCH_PRELOAD=${BENCH_PRELOAD:-0}
+BENCH_BASELINE_CHECK=${BENCH_BASELINE_CHECK:-0}
+BENCH_BASELINE_INDEX=${BENCH_BASELINE_INDEX:-0}
 BENCH_BUILD=${BENCH_BUILD:-1}
 BENCH_PROFILE=${BENCH_PROFILE:-0}
 BENCH_PROFILE_SECONDS=${BENCH_PROFILE_SECONDS:-10}
 BENCH_PROFILE_ROUNDS=${BENCH_PROFILE_ROUNDS:-2}
 
 for v in BENCH_SECONDS BENCH_ROUNDS BENCH_CLIENTS BENCH_WARMUP BENCH_SCALE_ROWS \
-         BENCH_DUP_ROWS BENCH_PURGE_ROWS BENCH_PURGE_BATCH BENCH_BATCH_KEYS \
+         BENCH_DUP_ROWS BENCH_PURGE_ROWS BENCH_PURGE_BATCH BENCH_PURGE_DELAY BENCH_BATCH_KEYS \
          BENCH_ORDERS BENCH_ACCOUNTS BENCH_PROFILE_SECONDS BENCH_PROFILE_ROUNDS; do
     case ${!v} in ''|*[!0-9]*) idem_die "$v must be a non-negative integer (got '${!v}')";; esac
 done
@@ -182,6 +193,17 @@ for db in bench scale; do
     q "$db" -c "CREATE EXTENSION idempotency" >/dev/null \
         || idem_die "CREATE EXTENSION idempotency failed (see above)"
     q "$db" -f "$S/schema.sql" >/dev/null || idem_die "loading bench/schema.sql failed"
+    if [ "$BENCH_BASELINE_CHECK" = 1 ]; then
+        # idem_records' own CHECK, copied from the catalog.
+        q "$db" -c "DO \$\$ BEGIN EXECUTE (SELECT format('ALTER TABLE bench_claims ADD CONSTRAINT bench_claims_status_check %s',
+                        pg_get_constraintdef(oid)) FROM pg_constraint
+                     WHERE conrelid = 'idem_records'::regclass AND contype = 'c'); END \$\$" >/dev/null \
+            || idem_die "adding the CHECK to bench_claims failed"
+    fi
+    if [ "$BENCH_BASELINE_INDEX" = 1 ]; then
+        q "$db" -c "CREATE INDEX bench_claims_expires_at_idx ON bench_claims (expires_at)" >/dev/null \
+            || idem_die "adding the expires_at index to bench_claims failed"
+    fi
 done
 
 has_function() { # signature -> 0 when installed
@@ -276,6 +298,7 @@ pgb() {
     idem_as_pg pgbench -n -M prepared -c "$clients" -j "$clients" -T "$secs" \
         -D dup_rows="$BENCH_DUP_ROWS" -D accounts="$BENCH_ACCOUNTS" \
         -D keys="$BENCH_BATCH_KEYS" -D purge_batch="$BENCH_PURGE_BATCH" \
+        -D purge_delay="$BENCH_PURGE_DELAY" \
         -D orders="$BENCH_ORDERS" \
         -h "$IDEM_PGHOST" -p "$IDEM_PGPORT" -U postgres -f "$S/$script" "$db" >"$out" 2>&1
 }
@@ -641,6 +664,7 @@ echo "== idempotency benchmark (issue 6)"
 echo "tree: $REV$([ "$DIRTY" -gt 0 ] && echo " + $DIRTY uncommitted/untracked paths")"
 echo "machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')), $(awk '/MemTotal/ { printf "%.0f GB", $2 / 1048576 }' /proc/meminfo) RAM, PostgreSQL $("$IDEM_BINDIR/postgres" --version | awk '{ print $3 }'), fsync on, shared_buffers $BENCH_SHARED_BUFFERS$([ "$BENCH_PRELOAD" = 1 ] && echo ", shared_preload_libraries = idempotency")"
 echo "runs: $BENCH_CLIENTS clients, ${BENCH_SECONDS} s each, $BENCH_ROUNDS rounds interleaved A,B,A,B,..., warm-up ${BENCH_WARMUP} s; medians; pgbench -M prepared"
+echo "baseline: bench_claims, PRIMARY KEY (scope, key) and the columns of idem_records$([ "$BENCH_BASELINE_CHECK" = 1 ] && echo ", and its CHECK on status (BENCH_BASELINE_CHECK=1)" || echo " (no CHECK; BENCH_BASELINE_CHECK=1 adds it)")$([ "$BENCH_BASELINE_INDEX" = 1 ] && echo ", and an index on expires_at (BENCH_BASELINE_INDEX=1)" || echo "; no index on expires_at (BENCH_BASELINE_INDEX=1 adds one)")"
 if [ -s "$RAW" ]; then
     awk -F '\t' '{ b += $8; if (min == "" || $9 < min) min = $9; if ($9 > max) max = $9; n++ }
         END { printf "load: other work on the machine took %.0f%% of its CPU on average during the runs (1-minute load average %s .. %s)\n", b / n, min, max }' "$RAW"
@@ -761,7 +785,7 @@ if [ "$BENCH_PROFILE" = 1 ] && [ -s "$P/summary" ]; then
             us=$(awk -v v="$v" '$1 == v { print $2, $3, $4 }' "$P/summary" | while read -r r n ns; do
                     awk -v f="$f" -v n="$n" -v ns="$ns" '$4 == f {
                         gsub(/%/, "", $1); printf "%.2f\n", $1 / 100 * ns / 1000 / n; exit }' "$P/$v.$r.children.txt"
-                 done | median | awk '{ printf "%.1f", $1 }')
+                 done | median | awk 'NF { printf "%.1f", $1 }')
             [ -z "$us" ] && us=- || any=1
             line="$line $(printf ' %10s' "$us")"
         done

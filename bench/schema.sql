@@ -1,11 +1,12 @@
 -- Objects of the benchmark (bench/run.sh), created in every database it
 -- uses, after CREATE EXTENSION idempotency.  Not part of the extension.
 
--- The hand-written baseline: the columns, types, collations, NOT NULLs,
--- default and CHECK of idem_records, and PRIMARY KEY (scope, key).  No
--- index on expires_at: the issue defines the baseline as the primary key
--- plus the same columns (bytes per record are reported per index, so the
--- cost of idem_records' purge index is visible separately).
+-- The hand-written baseline, as the issue defines it: PRIMARY KEY (scope,
+-- key) plus the columns of idem_records (types, collations, NOT NULLs,
+-- default).  No CHECK on status (bench/run.sh adds idem_records' CHECK
+-- with BENCH_BASELINE_CHECK=1) and no index on expires_at (bytes per record
+-- are reported per index, so the cost of idem_records' purge index is
+-- visible separately).
 CREATE TABLE bench_claims (
     scope        text COLLATE "C" NOT NULL,
     key          text COLLATE "C" NOT NULL,
@@ -19,9 +20,7 @@ CREATE TABLE bench_claims (
     token        int8,
     attempts     int4 NOT NULL DEFAULT 0,
     lease        interval,
-    CONSTRAINT bench_claims_pkey PRIMARY KEY (scope, key),
-    CONSTRAINT bench_claims_status_check CHECK (status = ANY
-        ('{claimed,in_progress,completed,failed,retryable,issued,consumed}'::text[]))
+    CONSTRAINT bench_claims_pkey PRIMARY KEY (scope, key)
 );
 
 -- The business transaction of the "business" pair: credit an account and

@@ -132,6 +132,9 @@ for suite in "${suites[@]}"; do
         read -r p f < <(count_results "$WORK/examples.log")
         if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
         record examples "$p" "$f"
+        while read -r name; do failures+=("examples: $name"); done \
+            < <(sed -nE 's/^[a-z]+ +(\S+) +\.\.\. +FAILED.*/\1/p' "$WORK/examples.log")
+        { grep -A12 -E '^[a-z]+ +\S+ +\.\.\. +FAILED' "$WORK/examples.log" | head -n 40; } >>"$digest"
         ;;
     lint)
         idem_log "suite lint"

@@ -44,6 +44,17 @@
  *	     locked until the transaction ends; this only happens to a key
  *	     first claimed by a concurrent transaction during this call.
  *
+ *	  The fast path (direct.c) replaces the three steps where it applies
+ *	  (READ COMMITTED, an idem_records without triggers, rules or
+ *	  row-level security, a role with INSERT and SELECT on it): each key,
+ *	  in sorted order, is inserted by speculative insertion or found by
+ *	  its primary key probe, exactly as idem_claim does it (the probe waits
+ *	  for a transaction that is inserting or deleting the key, as the
+ *	  INSERT would); a found record that may be taken over is taken over at
+ *	  once by idem_claim_one's UPDATE, and a live one is a duplicate, not
+ *	  touched.  Waits come in the same sorted order, a redelivered batch
+ *	  still writes nothing, and the table is opened once for the batch.
+ *
  *	  Row-level security: a record that a policy hides from step 1 is not
  *	  a duplicate there; step 2 then meets it and the policy stops the statement
  *	  (42501), or, depending on the server version, step 3 does
@@ -284,9 +295,35 @@ batch_claim(Oid nsp, text *scope, BatchKey *distinct, int m,
 	int64		n_takeover = 0;
 	int64		n_duplicate = 0;
 	int64		n_in_progress = 0;
+	IdemDirect *direct;
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
+
+	/*
+	 * The fast path (READ COMMITTED and a plain idem_records; see
+	 * direct.c) instead of the three steps: each key in sorted order,
+	 * inserted or found by its primary key probe; a record to take over
+	 * goes through idem_claim_one's UPDATE at once, so the order is kept.
+	 * Statistics are counted per key by those functions.
+	 */
+	direct = idem_direct_open(nsp);
+	if (direct != NULL)
+	{
+		for (i = 0; i < m; i++)
+		{
+			text	   *key = (text *) DatumGetPointer(distinct[i].key);
+			int			r;
+
+			r = idem_claim_direct_in(direct, scope, key, now, expires, NULL, fname);
+			if (r < 0)
+				r = idem_claim_one(nsp, scope, key, now, expires, NULL, fname, false);
+			state[i] = r ? KEY_CLAIMED : KEY_DUPLICATE;
+		}
+		idem_direct_close(direct);
+		SPI_finish();
+		return;
+	}
 
 	for (i = 0; i < m; i++)
 		datums[i] = distinct[i].key;

@@ -163,6 +163,13 @@ idem_shmem_request_install(idem_shmem_request_fn request,
 	ExecInsertIndexTuples((rri), (slot), (estate), false, (noDupErr), (specConflict), (arbiters))
 #endif
 
+/* The primary key of a relation: 18 added "deferrable_ok". */
+#if PG_VERSION_NUM >= 180000
+#define IDEM_PRIMARY_KEY_INDEX(rel) RelationGetPrimaryKeyIndex((rel), false)
+#else
+#define IDEM_PRIMARY_KEY_INDEX(rel) RelationGetPrimaryKeyIndex(rel)
+#endif
+
 /* A range table of the one relation rte, for an executor state of our own. */
 static inline void
 idem_exec_init_range_table(EState *estate, RangeTblEntry *rte)

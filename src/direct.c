@@ -41,8 +41,8 @@
  *	  record committed after the snapshot, and takes SSI's predicate
  *	  locks); a role without table-wide INSERT and SELECT on idem_records
  *	  (SPI raises the permission error, or uses column privileges);
- *	  row-level security in force for the role; triggers, stored generated
- *	  columns or a column layout other than the extension's on
+ *	  row-level security in force for the role; triggers, rules, stored
+ *	  generated columns or a column layout other than the extension's on
  *	  idem_records (a DBA's change must behave as plain SQL would); an
  *	  idem_records that is not an ordinary table.
  *
@@ -140,6 +140,7 @@ direct_usable(Relation rel)
 	if (rel->rd_rel->relkind != RELKIND_RELATION ||
 		rel->rd_rel->relispartition ||
 		rel->trigdesc != NULL ||
+		rel->rd_rules != NULL ||
 		desc->natts != (int) NCOLUMNS ||
 		(desc->constr != NULL && desc->constr->has_generated_stored))
 		return false;
@@ -261,7 +262,7 @@ constraints_hold(Relation rel, Oid nsp, const bool *nulls)
 static bool
 primary_key_is_scope_key(ResultRelInfo *rri)
 {
-	Oid			pk = RelationGetPrimaryKeyIndex(rri->ri_RelationDesc);
+	Oid			pk = IDEM_PRIMARY_KEY_INDEX(rri->ri_RelationDesc);
 	int			i;
 
 	if (!OidIsValid(pk))
@@ -314,74 +315,110 @@ read_record(TupleTableSlot *slot, IdemRecordState *rec, MemoryContext into)
 	MemoryContextSwitchTo(old);
 }
 
-/*
- * Insert a 'claimed' record for (scope, key), or find the record that is
- * there.  nsp is the extension's schema; now, expires and fp (NULL: none)
- * are the new record's created_at/updated_at, expires_at and fingerprint.
- *
- * Returns IDEM_DIRECT_INSERTED when the record was inserted,
- * IDEM_DIRECT_CONFLICT when a committed (or own) record holds the key (its
- * state is in *rec), or IDEM_DIRECT_DECLINED when the fast path does not
- * apply (nothing was done; use the SPI path).  Errors are those of an
- * INSERT: 55P03/57014 while waiting for another transaction's claim of the
- * key, 23505 from a unique index a DBA added, 23514 from a CHECK a DBA
- * added, 25006 in a read-only transaction (checked by the caller).
- */
-IdemDirectResult
-idem_direct_claim(Oid nsp, text *scope, text *key, TimestampTz now,
-				  TimestampTz expires, bytea *fp, IdemRecordState *rec)
+/* An open fast path: idem_records, its indexes and an executor state. */
+struct IdemDirect
 {
-	MemoryContext caller = CurrentMemoryContext;
-	Oid			relid;
+	Oid			nsp;
 	Relation	rel;
 	EState	   *estate;
 	ResultRelInfo *rri;
-	TupleTableSlot *slot;
-	TupleTableSlot *existing;
+	TupleTableSlot *slot;		/* the record to insert */
+	TupleTableSlot *existing;	/* a conflicting record */
+	List	   *arbiters;		/* the primary key */
+};
+
+/*
+ * Open the fast path for claims in the extension's schema nsp: NULL when
+ * it does not apply (see the header comment; nothing is left open then).
+ * Otherwise idem_records stays locked (RowExclusiveLock) to the end of the
+ * transaction, as by an INSERT, and the caller must idem_direct_close()
+ * the result.  Allocates in the current memory context.
+ */
+IdemDirect *
+idem_direct_open(Oid nsp)
+{
+	Oid			relid;
+	Relation	rel;
 	RangeTblEntry *rte;
-	List	   *arbiters;
-	Datum		values[NCOLUMNS];
-	bool		nulls[NCOLUMNS];
-	IdemDirectResult result;
-	bool		checked = false;
+	IdemDirect *d;
 
 	if (!idem_direct_claim_enabled || IsolationUsesXactSnapshot())
-		return IDEM_DIRECT_DECLINED;
+		return NULL;
 
 	relid = get_relname_relid("idem_records", nsp);
 	if (!OidIsValid(relid))
-		return IDEM_DIRECT_DECLINED;
+		return NULL;
 
 	rel = table_open(relid, RowExclusiveLock);
 	if (!direct_usable(rel))
 	{
 		table_close(rel, NoLock);
-		return IDEM_DIRECT_DECLINED;
+		return NULL;
 	}
 
-	estate = CreateExecutorState();
+	d = (IdemDirect *) palloc(sizeof(IdemDirect));
+	d->nsp = nsp;
+	d->rel = rel;
+	d->estate = CreateExecutorState();
 	rte = makeNode(RangeTblEntry);
 	rte->rtekind = RTE_RELATION;
 	rte->relid = relid;
 	rte->relkind = rel->rd_rel->relkind;
 	rte->rellockmode = RowExclusiveLock;
-	idem_exec_init_range_table(estate, rte);
+	idem_exec_init_range_table(d->estate, rte);
 
-	rri = makeNode(ResultRelInfo);
-	InitResultRelInfo(rri, rel, 1, NULL, 0);
-	ExecOpenIndices(rri, true);
+	d->rri = makeNode(ResultRelInfo);
+	InitResultRelInfo(d->rri, rel, 1, NULL, 0);
+	ExecOpenIndices(d->rri, true);
+	d->slot = table_slot_create(rel, &d->estate->es_tupleTable);
+	d->existing = table_slot_create(rel, &d->estate->es_tupleTable);
 
-	if (!primary_key_is_scope_key(rri))
+	if (!primary_key_is_scope_key(d->rri))
 	{
-		ExecCloseIndices(rri);
-		FreeExecutorState(estate);
-		table_close(rel, NoLock);
-		return IDEM_DIRECT_DECLINED;
+		idem_direct_close(d);
+		return NULL;
 	}
-	arbiters = list_make1_oid(RelationGetPrimaryKeyIndex(rel));
+	d->arbiters = list_make1_oid(IDEM_PRIMARY_KEY_INDEX(rel));
+	return d;
+}
 
-	slot = table_slot_create(rel, &estate->es_tupleTable);
-	existing = table_slot_create(rel, &estate->es_tupleTable);
+/* Release what idem_direct_open took, but the table's lock. */
+void
+idem_direct_close(IdemDirect *d)
+{
+	ExecCloseIndices(d->rri);
+	ExecResetTupleTable(d->estate->es_tupleTable, false);
+	FreeExecutorState(d->estate);
+	table_close(d->rel, NoLock);
+	pfree(d);
+}
+
+/*
+ * Insert a 'claimed' record for (scope, key) through the open fast path d,
+ * or find the record that is there.  now, expires and fp (NULL: none) are
+ * the new record's created_at/updated_at, expires_at and fingerprint.
+ *
+ * Returns IDEM_DIRECT_INSERTED when the record was inserted, or
+ * IDEM_DIRECT_CONFLICT when a committed (or own) record holds the key (its
+ * state is in *rec, allocated in the caller's memory context).  Errors are
+ * those of an INSERT: 55P03/57014 while waiting for another transaction's
+ * claim of the key, 23505 from a unique index a DBA added, 23514 from a
+ * CHECK a DBA added.  The caller has checked that the transaction is not
+ * read-only (25006).
+ */
+IdemDirectResult
+idem_direct_claim_key(IdemDirect *d, text *scope, text *key, TimestampTz now,
+					  TimestampTz expires, bytea *fp, IdemRecordState *rec)
+{
+	MemoryContext caller = CurrentMemoryContext;
+	EState	   *estate = d->estate;
+	TupleTableSlot *slot = d->slot;
+	Datum		values[NCOLUMNS];
+	bool		nulls[NCOLUMNS];
+	IdemDirectResult result;
+	bool		checked = false;
+
+	ResetPerTupleExprContext(estate);
 
 	memset(nulls, true, sizeof(nulls));
 	values[COL_SCOPE - 1] = PointerGetDatum(scope);
@@ -416,13 +453,14 @@ idem_direct_claim(Oid nsp, text *scope, text *key, TimestampTz now,
 		CHECK_FOR_INTERRUPTS();
 
 		/* Waits for an in-progress inserter or deleter of the key. */
-		if (!ExecCheckIndexConstraints(rri, slot, estate, &conflict, arbiters))
+		if (!ExecCheckIndexConstraints(d->rri, slot, estate, &conflict, d->arbiters))
 		{
-			if (!table_tuple_fetch_row_version(rel, &conflict, SnapshotAny, existing))
+			if (!table_tuple_fetch_row_version(d->rel, &conflict, SnapshotAny, d->existing))
 				elog(ERROR, "idempotency: conflicting tuple (%u,%u) of idem_records not found",
 					 ItemPointerGetBlockNumber(&conflict),
 					 ItemPointerGetOffsetNumber(&conflict));
-			read_record(existing, rec, caller);
+			read_record(d->existing, rec, caller);
+			ExecClearTuple(d->existing);
 			result = IDEM_DIRECT_CONFLICT;
 			break;
 		}
@@ -433,18 +471,18 @@ idem_direct_claim(Oid nsp, text *scope, text *key, TimestampTz now,
 		 */
 		if (!checked)
 		{
-			if (!constraints_hold(rel, nsp, nulls))
-				ExecConstraints(rri, slot, estate);
+			if (!constraints_hold(d->rel, d->nsp, nulls))
+				ExecConstraints(d->rri, slot, estate);
 			checked = true;
 		}
 
 		/* As an INSERT: the command id is marked used, an xid assigned. */
 		estate->es_output_cid = GetCurrentCommandId(true);
 		token = SpeculativeInsertionLockAcquire(GetCurrentTransactionId());
-		table_tuple_insert_speculative(rel, slot, estate->es_output_cid, 0, NULL, token);
-		recheck = IDEM_EXEC_INSERT_INDEX_TUPLES(rri, slot, estate, true,
-												&spec_conflict, arbiters);
-		table_tuple_complete_speculative(rel, slot, token, !spec_conflict);
+		table_tuple_insert_speculative(d->rel, slot, estate->es_output_cid, 0, NULL, token);
+		recheck = IDEM_EXEC_INSERT_INDEX_TUPLES(d->rri, slot, estate, true,
+												&spec_conflict, d->arbiters);
+		table_tuple_complete_speculative(d->rel, slot, token, !spec_conflict);
 		SpeculativeInsertionLockRelease(GetCurrentTransactionId());
 
 		if (spec_conflict)
@@ -469,15 +507,46 @@ idem_direct_claim(Oid nsp, text *scope, text *key, TimestampTz now,
 		break;
 	}
 
-	ExecCloseIndices(rri);
-	ExecResetTupleTable(estate->es_tupleTable, false);
-	FreeExecutorState(estate);
-	table_close(rel, NoLock);
+	return result;
+}
 
+/*
+ * idem_direct_open, idem_direct_claim_key and idem_direct_close for one
+ * key: IDEM_DIRECT_DECLINED when the fast path does not apply.
+ */
+IdemDirectResult
+idem_direct_claim(Oid nsp, text *scope, text *key, TimestampTz now,
+				  TimestampTz expires, bytea *fp, IdemRecordState *rec)
+{
+	IdemDirect *d = idem_direct_open(nsp);
+	IdemDirectResult result;
+
+	if (d == NULL)
+		return IDEM_DIRECT_DECLINED;
+	result = idem_direct_claim_key(d, scope, key, now, expires, fp, rec);
+	idem_direct_close(d);
 	return result;
 }
 
 #else							/* !IDEM_HAVE_DIRECT_CLAIM */
+
+IdemDirect *
+idem_direct_open(Oid nsp)
+{
+	return NULL;
+}
+
+void
+idem_direct_close(IdemDirect *d)
+{
+}
+
+IdemDirectResult
+idem_direct_claim_key(IdemDirect *d, text *scope, text *key, TimestampTz now,
+					  TimestampTz expires, bytea *fp, IdemRecordState *rec)
+{
+	return IDEM_DIRECT_DECLINED;
+}
 
 IdemDirectResult
 idem_direct_claim(Oid nsp, text *scope, text *key, TimestampTz now,

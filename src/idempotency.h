@@ -87,11 +87,17 @@ extern bytea *idem_fingerprint_digest(FunctionCallInfo fcinfo, int argno);
 extern char *idem_timestamptz_cstring(TimestampTz ts);
 
 /* records.c */
+/* An open fast path of claims (direct.c). */
+typedef struct IdemDirect IdemDirect;
+
 extern bool idem_claim_one(Oid nsp, text *scope, text *key, TimestampTz now,
 						   TimestampTz expires, bytea *fp, const char *fname,
 						   bool try_direct);
 extern int	idem_claim_direct(Oid nsp, text *scope, text *key, TimestampTz now,
 							  TimestampTz expires, bytea *fp, const char *fname);
+extern int	idem_claim_direct_in(IdemDirect *d, text *scope, text *key,
+								 TimestampTz now, TimestampTz expires, bytea *fp,
+								 const char *fname);
 /* The state of an existing record that decides a claim (records.c, direct.c). */
 typedef struct IdemRecordState
 {
@@ -111,6 +117,11 @@ typedef enum IdemDirectResult
 	IDEM_DIRECT_CONFLICT		/* a committed or own record holds the key */
 } IdemDirectResult;
 
+extern IdemDirect *idem_direct_open(Oid nsp);
+extern IdemDirectResult idem_direct_claim_key(IdemDirect *d, text *scope, text *key,
+											  TimestampTz now, TimestampTz expires,
+											  bytea *fp, IdemRecordState *rec);
+extern void idem_direct_close(IdemDirect *d);
 extern IdemDirectResult idem_direct_claim(Oid nsp, text *scope, text *key,
 										  TimestampTz now, TimestampTz expires,
 										  bytea *fp, IdemRecordState *rec);

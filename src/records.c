@@ -204,6 +204,24 @@ claim_verdict(IdemRecordState *rec, text *scope, text *key, TimestampTz now,
 	return true;
 }
 
+/* The answer of idem_claim_direct for what the fast path did. */
+static int
+direct_outcome(IdemDirectResult result, IdemRecordState *rec, text *scope,
+			   text *key, TimestampTz now, bytea *fp, const char *fname)
+{
+	switch (result)
+	{
+		case IDEM_DIRECT_INSERTED:
+			idem_stats_count(scope, IDEM_STAT_CLAIMED);
+			return 1;
+		case IDEM_DIRECT_CONFLICT:
+			return claim_verdict(rec, scope, key, now, fp, fname) ? -1 : 0;
+		case IDEM_DIRECT_DECLINED:
+			break;
+	}
+	return -1;
+}
+
 /*
  * The fast path of a claim (direct.c), without SPI: 1 when this transaction
  * now owns the key, 0 for a duplicate, -1 when undecided (the fast path
@@ -216,17 +234,22 @@ idem_claim_direct(Oid nsp, text *scope, text *key, TimestampTz now,
 {
 	IdemRecordState rec;
 
-	switch (idem_direct_claim(nsp, scope, key, now, expires, fp, &rec))
-	{
-		case IDEM_DIRECT_INSERTED:
-			idem_stats_count(scope, IDEM_STAT_CLAIMED);
-			return 1;
-		case IDEM_DIRECT_CONFLICT:
-			return claim_verdict(&rec, scope, key, now, fp, fname) ? -1 : 0;
-		case IDEM_DIRECT_DECLINED:
-			break;
-	}
-	return -1;
+	return direct_outcome(idem_direct_claim(nsp, scope, key, now, expires, fp, &rec),
+						  &rec, scope, key, now, fp, fname);
+}
+
+/*
+ * idem_claim_direct through a fast path d that the caller opened (and
+ * closes, also after an error here: the transaction's abort releases it).
+ */
+int
+idem_claim_direct_in(IdemDirect *d, text *scope, text *key, TimestampTz now,
+					 TimestampTz expires, bytea *fp, const char *fname)
+{
+	IdemRecordState rec;
+
+	return direct_outcome(idem_direct_claim_key(d, scope, key, now, expires, fp, &rec),
+						  &rec, scope, key, now, fp, fname);
 }
 
 /*

@@ -56,6 +56,17 @@ SELECT idem_claim('direct', 'with-trigger') AS claimed;
 DROP TRIGGER regress_claim_notice ON idem_records;
 DROP FUNCTION regress_claim_notice();
 
+-- A rule is not bypassed either: the claim takes the SPI path, whose
+-- INSERT ... ON CONFLICT PostgreSQL refuses on a table with rules (0A000).
+CREATE TABLE regress_rule_log (key text);
+CREATE RULE regress_claim_also AS ON INSERT TO idem_records
+  DO ALSO INSERT INTO regress_rule_log VALUES (NEW.key);
+\set VERBOSITY sqlstate
+SELECT idem_claim('direct', 'with-rule') AS claimed;
+\set VERBOSITY default
+DROP RULE regress_claim_also ON idem_records;
+DROP TABLE regress_rule_log;
+
 -- A CHECK a DBA adds is enforced (23514), and only on insertion: the
 -- duplicate of an existing key is still just a duplicate.
 ALTER TABLE idem_records ADD CONSTRAINT regress_no_forbidden

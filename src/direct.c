@@ -52,6 +52,12 @@
  *	  insertion lock is held only between the heap insertion and the index
  *	  insertions.
  *
+ *	  Catalog: the OID of idem_records is looked up by name once per
+ *	  backend and kept until a relcache invalidation of that table (or of
+ *	  all); a table dropped meanwhile is noticed when opening it.  The
+ *	  privilege, row-level security and layout checks are made at every
+ *	  open, as an INSERT makes them at every statement.
+ *
  *	  Visibility: the new tuple carries the current command id, which is
  *	  marked used, so the next CommandCounterIncrement (the next statement,
  *	  or SPI's next writing statement) makes it visible; the dirty-snapshot
@@ -66,6 +72,7 @@
  */
 #include "postgres.h"
 
+#include "access/relation.h"
 #include "access/table.h"
 #include "access/tableam.h"
 #include "access/xact.h"
@@ -315,6 +322,58 @@ read_record(TupleTableSlot *slot, IdemRecordState *rec, MemoryContext into)
 	MemoryContextSwitchTo(old);
 }
 
+/*
+ * The OID of idem_records in records_nsp, or InvalidOid: looked up by name
+ * once, forgotten by the relcache callback below when that relation (or
+ * the whole relcache) is invalidated.
+ */
+static Oid	records_nsp = InvalidOid;
+static Oid	records_relid = InvalidOid;
+static bool records_callback = false;
+
+static void
+forget_records_relid(Datum arg, Oid relid)
+{
+	if (!OidIsValid(relid) || relid == records_relid)
+		records_relid = InvalidOid;
+}
+
+/*
+ * Open idem_records of schema nsp with RowExclusiveLock, or return NULL
+ * when there is none (the caller then declines; SPI reports the error).
+ */
+static Relation
+open_records(Oid nsp)
+{
+	Relation	rel;
+
+	if (!records_callback)
+	{
+		CacheRegisterRelcacheCallback(forget_records_relid, (Datum) 0);
+		records_callback = true;
+	}
+	if (records_nsp != nsp || !OidIsValid(records_relid))
+	{
+		records_relid = get_relname_relid("idem_records", nsp);
+		records_nsp = nsp;
+		if (!OidIsValid(records_relid))
+			return NULL;
+	}
+
+	/* Dropped (or its OID reused) since the look-up: look again next time. */
+	rel = try_relation_open(records_relid, RowExclusiveLock);
+	if (rel != NULL &&
+		(RelationGetNamespace(rel) != nsp ||
+		 strcmp(RelationGetRelationName(rel), "idem_records") != 0))
+	{
+		relation_close(rel, RowExclusiveLock);
+		rel = NULL;
+	}
+	if (rel == NULL)
+		records_relid = InvalidOid;
+	return rel;
+}
+
 /* An open fast path: idem_records, its indexes and an executor state. */
 struct IdemDirect
 {
@@ -322,6 +381,7 @@ struct IdemDirect
 	Relation	rel;
 	EState	   *estate;
 	ResultRelInfo *rri;
+	Datum		claimed;		/* the text 'claimed' */
 	TupleTableSlot *slot;		/* the record to insert */
 	TupleTableSlot *existing;	/* a conflicting record */
 	List	   *arbiters;		/* the primary key */
@@ -337,7 +397,6 @@ struct IdemDirect
 IdemDirect *
 idem_direct_open(Oid nsp)
 {
-	Oid			relid;
 	Relation	rel;
 	RangeTblEntry *rte;
 	IdemDirect *d;
@@ -345,11 +404,9 @@ idem_direct_open(Oid nsp)
 	if (!idem_direct_claim_enabled || IsolationUsesXactSnapshot())
 		return NULL;
 
-	relid = get_relname_relid("idem_records", nsp);
-	if (!OidIsValid(relid))
+	rel = open_records(nsp);
+	if (rel == NULL)
 		return NULL;
-
-	rel = table_open(relid, RowExclusiveLock);
 	if (!direct_usable(rel))
 	{
 		table_close(rel, NoLock);
@@ -362,11 +419,12 @@ idem_direct_open(Oid nsp)
 	d->estate = CreateExecutorState();
 	rte = makeNode(RangeTblEntry);
 	rte->rtekind = RTE_RELATION;
-	rte->relid = relid;
+	rte->relid = RelationGetRelid(rel);
 	rte->relkind = rel->rd_rel->relkind;
 	rte->rellockmode = RowExclusiveLock;
 	idem_exec_init_range_table(d->estate, rte);
 
+	d->claimed = CStringGetTextDatum(IDEM_STATUS_CLAIMED);
 	d->rri = makeNode(ResultRelInfo);
 	InitResultRelInfo(d->rri, rel, 1, NULL, 0);
 	ExecOpenIndices(d->rri, true);
@@ -423,7 +481,7 @@ idem_direct_claim_key(IdemDirect *d, text *scope, text *key, TimestampTz now,
 	memset(nulls, true, sizeof(nulls));
 	values[COL_SCOPE - 1] = PointerGetDatum(scope);
 	values[COL_KEY - 1] = PointerGetDatum(key);
-	values[COL_STATUS - 1] = CStringGetTextDatum(IDEM_STATUS_CLAIMED);
+	values[COL_STATUS - 1] = d->claimed;
 	values[COL_FINGERPRINT - 1] = PointerGetDatum(fp);
 	values[COL_CREATED_AT - 1] = TimestampTzGetDatum(now);
 	values[COL_UPDATED_AT - 1] = TimestampTzGetDatum(now);

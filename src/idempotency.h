@@ -86,6 +86,14 @@ extern TimestampTz idem_add_interval(TimestampTz base, Interval *span,
 extern bytea *idem_fingerprint_digest(FunctionCallInfo fcinfo, int argno);
 extern char *idem_timestamptz_cstring(TimestampTz ts);
 
+/* Same bytes?  (Fingerprint digests: stored against given.) */
+static inline bool
+idem_bytea_equal(bytea *a, bytea *b)
+{
+	return VARSIZE_ANY_EXHDR(a) == VARSIZE_ANY_EXHDR(b) &&
+		memcmp(VARDATA_ANY(a), VARDATA_ANY(b), VARSIZE_ANY_EXHDR(a)) == 0;
+}
+
 /* records.c */
 /* An open fast path of claims (direct.c). */
 typedef struct IdemDirect IdemDirect;

@@ -147,13 +147,6 @@ spi_col(int col, bool *isnull)
 	return SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, col, isnull);
 }
 
-static bool
-bytea_equal(bytea *a, bytea *b)
-{
-	return VARSIZE_ANY_EXHDR(a) == VARSIZE_ANY_EXHDR(b) &&
-		memcmp(VARDATA_ANY(a), VARDATA_ANY(b), VARSIZE_ANY_EXHDR(a)) == 0;
-}
-
 /* The token argument: not NULL. */
 static int64
 arg_token(FunctionCallInfo fcinfo, int argno, const char *fname)
@@ -314,7 +307,7 @@ idem_begin(PG_FUNCTION_ARGS)
 		{
 			Datum		stored = spi_col(2, &isnull);
 
-			if (!isnull && !bytea_equal(fp, DatumGetByteaPP(stored)))
+			if (!isnull && !idem_bytea_equal(fp, DatumGetByteaPP(stored)))
 				idem_fingerprint_mismatch(fname, scope, key, created_at);
 		}
 

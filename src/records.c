@@ -143,13 +143,6 @@ spi_col(int row, int col, bool *isnull)
 	return SPI_getbinval(SPI_tuptable->vals[row], SPI_tuptable->tupdesc, col, isnull);
 }
 
-static bool
-bytea_equal(bytea *a, bytea *b)
-{
-	return VARSIZE_ANY_EXHDR(a) == VARSIZE_ANY_EXHDR(b) &&
-		memcmp(VARDATA_ANY(a), VARDATA_ANY(b), VARSIZE_ANY_EXHDR(a)) == 0;
-}
-
 /*
  * Raise the fingerprint-mismatch error for a live record whose stored
  * digest differs from the one given.  Shared with the lease functions.
@@ -182,7 +175,7 @@ claim_verdict(IdemRecordState *rec, text *scope, text *key, TimestampTz now,
 	bool		live = rec->expires_at > now;
 
 	if (live && fp != NULL && rec->fingerprint != NULL &&
-		!bytea_equal(fp, rec->fingerprint))
+		!idem_bytea_equal(fp, rec->fingerprint))
 		idem_fingerprint_mismatch(fname, scope, key, rec->created_at);
 
 	if (live &&

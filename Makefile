@@ -41,6 +41,9 @@ PGXS := $(shell $(PG_CONFIG) --pgxs 2>/dev/null)
 # `make` with no target builds the extension when PGXS is available.
 ifneq ($(wildcard $(PGXS)),)
 include $(PGXS)
+ifeq ($(filter $(MAJORVERSION),15 16 17 18 19),)
+$(error idempotency supports PostgreSQL 15 to 19; $(PG_CONFIG) is PostgreSQL $(VERSION))
+endif
 else
 all:
 	@echo "pg_config or the PostgreSQL server headers are missing."
@@ -56,19 +59,19 @@ build/idempotency--$(EXTVERSION).sql: $(SQL_SOURCES) idempotency.control
 $(OBJS): src/idempotency.h src/compat.h
 
 demo:
-	@bash test/demo.sh
+	@PG_CONFIG=$(PG_CONFIG) bash test/demo.sh
 
 test:
-	@bash test/run.sh
+	@PG_CONFIG=$(PG_CONFIG) bash test/run.sh
 
 lint:
-	@bash test/lint.sh
+	@PG_CONFIG=$(PG_CONFIG) bash test/lint.sh
 
 bench:
-	@bash bench/run.sh
+	@PG_CONFIG=$(PG_CONFIG) bash bench/run.sh
 
 soak:
-	@bash test/soak.sh
+	@PG_CONFIG=$(PG_CONFIG) bash test/soak.sh
 
 sanitize:
-	@bash test/sanitize.sh
+	@PG_CONFIG=$(PG_CONFIG) bash test/sanitize.sh

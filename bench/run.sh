@@ -117,38 +117,8 @@ trap 'exit 130' INT TERM
 
 log() { idem_log "$(date +%H:%M:%S) $*"; }
 
-# ---------------------------------------------------------------------------
-# A private installation: a copy of PostgreSQL's bin, lib and share
-# directories (PostgreSQL finds lib and share relative to its binaries),
-# with the extension installed into it by DESTDIR.  Nothing on the system
-# is written.
-# ---------------------------------------------------------------------------
-PGI=$WORK/pg
-sysbin=$IDEM_BINDIR
-syslib=$("$IDEM_PG_CONFIG" --pkglibdir)
-sysshare=$("$IDEM_PG_CONFIG" --sharedir)
-mkdir -p "$PGI$(dirname "$(dirname "$sysbin")")" "$PGI$(dirname "$sysshare")"
-cp -a "$(dirname "$sysbin")" "$PGI$(dirname "$(dirname "$sysbin")")/" || idem_die "copying $sysbin failed"
-[ -d "$PGI$syslib" ] || cp -a "$syslib" "$PGI$syslib"
-cp -a "$sysshare" "$PGI$(dirname "$sysshare")/" || idem_die "copying $sysshare failed"
-if [ "$BENCH_BUILD" = 1 ]; then
-    rm -rf "$PGI$syslib"/idempotency.so "$PGI$syslib"/bitcode/idempotency* \
-           "$PGI$sysshare"/extension/idempotency*
-    # Build a snapshot of the tree, away from concurrent builds in it.
-    mkdir -p "$WORK/build"
-    (cd "$IDEM_TOP" && tar --exclude=.git --exclude='*.o' --exclude='*.bc' --exclude='*.so' \
-        --exclude=./results --exclude=./tmp_check -cf - .) | tar -C "$WORK/build" -xf - \
-        || idem_die "copying the tree failed"
-    log "building the current tree (a snapshot of $IDEM_TOP)"
-    if ! make -C "$WORK/build" -s PG_CONFIG="$IDEM_PG_CONFIG" all >"$WORK/build.log" 2>&1 ||
-       ! make -C "$WORK/build" -s PG_CONFIG="$IDEM_PG_CONFIG" install DESTDIR="$PGI" >>"$WORK/build.log" 2>&1; then
-        tail -n 30 "$WORK/build.log" >&2
-        idem_die "the build failed (work in progress in the tree?): retry later, or run with BENCH_BUILD=0 to benchmark the installed extension"
-    fi
-fi
-[ -f "$PGI$syslib/idempotency.so" ] || idem_die "idempotency.so is not installed (run make install, or BENCH_BUILD=1)"
-IDEM_BINDIR=$PGI$sysbin
-export IDEM_BINDIR
+# A private installation (test/harness.sh): nothing on the system is written.
+IDEM_PRIVATE_BUILD=$BENCH_BUILD idem_private_install "$WORK"
 
 REV=$(git -C "$IDEM_TOP" rev-parse --short HEAD 2>/dev/null || echo unknown)
 DIRTY=$(git -C "$IDEM_TOP" status --porcelain 2>/dev/null | wc -l)

@@ -3,7 +3,8 @@
 # (it installs what is missing) and as an ordinary user (it says what to
 # install, then stops).
 #
-#   idem_setup [extra debian packages...]   install PostgreSQL 15 + build deps
+#   idem_setup [extra debian packages...]   choose PostgreSQL (PG_CONFIG), install deps
+#   idem_private_install DIR                build a snapshot into a private copy
 #   idem_build_install                      build with -Werror and install
 #   idem_cluster_start DIR [conf lines...]  throwaway cluster under DIR
 #   idem_cluster_stop                       stop it (also run from the trap)
@@ -12,14 +13,19 @@
 
 set -o pipefail
 
-IDEM_PG_MAJOR=${IDEM_PG_MAJOR:-15}
 IDEM_TOP=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 idem_log() { printf '== %s\n' "$*" >&2; }
 idem_die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 
-# Packages every target needs.
-IDEM_BASE_PACKAGES="postgresql-$IDEM_PG_MAJOR postgresql-server-dev-$IDEM_PG_MAJOR libipc-run-perl make gcc"
+# Which PostgreSQL: PG_CONFIG names its pg_config (a PGDG package's, a
+# source build's).  Without it, pg_config on PATH is used when it has PGXS;
+# with neither, PostgreSQL 15 is installed from Debian (as root).
+IDEM_PG_MAJOR_MIN=15
+IDEM_PG_MAJOR_MAX=19
+
+# Packages every target needs besides PostgreSQL itself.
+IDEM_TOOL_PACKAGES="libipc-run-perl make gcc"
 
 idem_missing_packages() {
     local p missing=""
@@ -31,31 +37,108 @@ idem_missing_packages() {
     echo "${missing# }"
 }
 
-idem_setup() {
+idem_install_packages() { # packages...
     local missing
-    missing=$(idem_missing_packages $IDEM_BASE_PACKAGES "$@")
-    if [ -n "$missing" ]; then
-        if [ "$(id -u)" -ne 0 ]; then
-            echo "Missing Debian packages:$missing" >&2
-            echo "Run this, then try again:" >&2
-            echo "  sudo apt-get update && sudo apt-get install -y $missing" >&2
-            exit 1
-        fi
-        idem_log "installing:$missing"
-        export DEBIAN_FRONTEND=noninteractive
-        apt-get update -qq >&2 || idem_die "apt-get update failed"
-        # shellcheck disable=SC2086
-        apt-get install -y -qq --no-install-recommends $missing >&2 \
-            || idem_die "apt-get install failed"
+    command -v dpkg-query >/dev/null || return 0
+    missing=$(idem_missing_packages "$@")
+    [ -n "$missing" ] || return 0
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "Missing Debian packages:$missing" >&2
+        echo "Run this, then try again:" >&2
+        echo "  sudo apt-get update && sudo apt-get install -y $missing" >&2
+        exit 1
     fi
-    IDEM_BINDIR=/usr/lib/postgresql/$IDEM_PG_MAJOR/bin
-    IDEM_PG_CONFIG=$IDEM_BINDIR/pg_config
-    [ -x "$IDEM_PG_CONFIG" ] || idem_die "$IDEM_PG_CONFIG not found"
-    IDEM_PGXS_DIR=$(dirname "$("$IDEM_PG_CONFIG" --pgxs)")/../..
-    IDEM_PGXS_DIR=$(cd "$IDEM_PGXS_DIR" && pwd)
-    export IDEM_BINDIR IDEM_PG_CONFIG IDEM_PGXS_DIR
+    idem_log "installing:$missing"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >&2 || idem_die "apt-get update failed"
+    # shellcheck disable=SC2086
+    apt-get install -y -qq --no-install-recommends $missing >&2 \
+        || idem_die "apt-get install failed"
 }
 
+# Does this pg_config have PGXS and the server headers?
+idem_pg_config_usable() {
+    [ -f "$("$1" --pgxs 2>/dev/null)" ] && [ -f "$("$1" --includedir-server 2>/dev/null)/postgres.h" ]
+}
+
+# The pg_config to use: $PG_CONFIG when set, else pg_config on PATH when it
+# is usable, else none (empty).
+idem_find_pg_config() {
+    local c=${PG_CONFIG:-}
+    if [ -n "$c" ] && [ "$c" != pg_config ]; then
+        command -v "$c" >/dev/null || idem_die "PG_CONFIG=$c: no such program"
+        command -v "$c"
+        return
+    fi
+    c=$(command -v pg_config 2>/dev/null) || return 0
+    if idem_pg_config_usable "$c"; then echo "$c"; fi
+}
+
+# idem_setup [extra debian packages...]
+idem_setup() {
+    local pgc
+    pgc=$(idem_find_pg_config)
+    if [ -z "$pgc" ]; then
+        idem_install_packages postgresql-15 postgresql-server-dev-15 $IDEM_TOOL_PACKAGES "$@"
+        pgc=/usr/lib/postgresql/15/bin/pg_config
+    else
+        idem_install_packages $IDEM_TOOL_PACKAGES "$@"
+    fi
+    [ -x "$pgc" ] || idem_die "$pgc not found"
+    idem_pg_config_usable "$pgc" \
+        || idem_die "$pgc has no PGXS or server headers (install the server development package, e.g. postgresql-server-dev-15)"
+    IDEM_PG_CONFIG=$pgc
+    IDEM_PG_MAJOR=$("$pgc" --version | sed -E 's/^PostgreSQL ([0-9]+).*/\1/')
+    case $IDEM_PG_MAJOR in ''|*[!0-9]*) idem_die "cannot tell the version of $pgc";; esac
+    if [ "$IDEM_PG_MAJOR" -lt $IDEM_PG_MAJOR_MIN ] || [ "$IDEM_PG_MAJOR" -gt $IDEM_PG_MAJOR_MAX ]; then
+        idem_die "$pgc is PostgreSQL $IDEM_PG_MAJOR; idempotency supports $IDEM_PG_MAJOR_MIN to $IDEM_PG_MAJOR_MAX"
+    fi
+    IDEM_BINDIR=$("$pgc" --bindir)
+    IDEM_PGXS_DIR=$(dirname "$("$pgc" --pgxs)")/../..
+    IDEM_PGXS_DIR=$(cd "$IDEM_PGXS_DIR" && pwd)
+    export IDEM_BINDIR IDEM_PG_CONFIG IDEM_PGXS_DIR IDEM_PG_MAJOR
+    idem_log "PostgreSQL $("$pgc" --version | awk '{print $2}') ($pgc)"
+}
+
+# idem_private_install DIR [make arguments...]
+# A private installation under DIR: a copy of PostgreSQL's bin, lib and
+# share directories (PostgreSQL finds lib and share relative to its
+# binaries), into which a snapshot of the checkout is built and installed
+# by DESTDIR.  Nothing on the system is written, so runs may overlap and
+# the checkout may be edited meanwhile.  Sets IDEM_BINDIR to the copy's.
+# With IDEM_PRIVATE_BUILD=0 the copy keeps the extension installed on the
+# system instead (make bench BENCH_BUILD=0).
+idem_private_install() {
+    local dir=$1 bindir libdir sharedir
+    shift
+    bindir=$("$IDEM_PG_CONFIG" --bindir)
+    libdir=$("$IDEM_PG_CONFIG" --pkglibdir)
+    sharedir=$("$IDEM_PG_CONFIG" --sharedir)
+    mkdir -p "$dir/pg$(dirname "$bindir")" "$dir/pg$(dirname "$libdir")" "$dir/pg$(dirname "$sharedir")"
+    cp -a "$bindir" "$dir/pg$(dirname "$bindir")/" || idem_die "copying $bindir failed"
+    [ -d "$dir/pg$libdir" ] || cp -a "$libdir" "$dir/pg$(dirname "$libdir")/" || idem_die "copying $libdir failed"
+    cp -a "$sharedir" "$dir/pg$(dirname "$sharedir")/" || idem_die "copying $sharedir failed"
+    IDEM_BINDIR=$dir/pg$bindir
+    export IDEM_BINDIR
+    if [ "${IDEM_PRIVATE_BUILD:-1}" = 0 ]; then
+        [ -f "$dir/pg$libdir/idempotency.so" ] || idem_die "idempotency.so is not installed in $libdir (run make install)"
+        return
+    fi
+    rm -rf "$dir/pg$libdir"/idempotency.so "$dir/pg$libdir"/bitcode/idempotency* \
+           "$dir/pg$sharedir"/extension/idempotency*
+    mkdir -p "$dir/build"
+    (cd "$IDEM_TOP" && tar --exclude=.git --exclude='*.o' --exclude='*.bc' --exclude='*.so' \
+        --exclude=./results --exclude=./tmp_check --exclude=./build --exclude=node_modules -cf - .) \
+        | tar -C "$dir/build" -xf - || idem_die "copying the checkout failed"
+    idem_log "building the extension (-Werror) into a private installation"
+    if ! make -C "$dir/build" -s PG_CONFIG="$IDEM_PG_CONFIG" "$@" all >"$dir/build.log" 2>&1 ||
+       ! make -C "$dir/build" -s PG_CONFIG="$IDEM_PG_CONFIG" "$@" install DESTDIR="$dir/pg" >>"$dir/build.log" 2>&1; then
+        cat "$dir/build.log" >&2
+        idem_die "build failed"
+    fi
+}
+
+# Build and install into the PostgreSQL installation itself (make demo).
 idem_build_install() {
     idem_log "building and installing the extension"
     make -C "$IDEM_TOP" -s PG_CONFIG="$IDEM_PG_CONFIG" all >&2 || idem_die "build failed"

@@ -16,7 +16,6 @@ suites=("$@")
 [ ${#suites[@]} -gt 0 ] || suites=(lint regress isolation tap examples)
 
 idem_setup
-idem_build_install
 
 WORK=$(idem_workdir)
 cleanup() {
@@ -29,6 +28,8 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
+
+idem_private_install "$WORK"
 
 # Stage what the postgres OS user must read (the checkout may be private).
 mkdir -p "$WORK/src"

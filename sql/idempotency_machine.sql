@@ -90,7 +90,7 @@ AS 'MODULE_PATHNAME', 'idem_machine_define'
 LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION @extschema@.idem_machine_define(pg_catalog.text, pg_catalog.jsonb) IS
-    'Create or replace the state machine machine: {"initial": [states], "transitions": {state: [targets]}}';
+    'Create or replace a state machine: {"initial": [states], "transitions": {state: [targets]}}';
 
 CREATE FUNCTION @extschema@.idem_machine_drop(machine pg_catalog.text)
 RETURNS pg_catalog.void
@@ -98,7 +98,7 @@ AS 'MODULE_PATHNAME', 'idem_machine_drop'
 LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION @extschema@.idem_machine_drop(pg_catalog.text) IS
-    'Delete the state machine machine; refused while a guard uses it';
+    'Delete a state machine; refused while a guard uses it';
 
 REVOKE ALL ON FUNCTION @extschema@.idem_machine_define(pg_catalog.text, pg_catalog.jsonb) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.idem_machine_drop(pg_catalog.text) FROM PUBLIC;
@@ -175,6 +175,9 @@ COMMENT ON FUNCTION @extschema@.idem_unguard(pg_catalog.regclass, pg_catalog.nam
 
 REVOKE ALL ON FUNCTION @extschema@.idem_guard(pg_catalog.regclass, pg_catalog.name, pg_catalog.text, pg_catalog.name, pg_catalog.bool) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.idem_unguard(pg_catalog.regclass, pg_catalog.name) FROM PUBLIC;
--- The trigger functions stay executable by PUBLIC: they can only run as
--- triggers, and a table owner allowed to call idem_guard needs EXECUTE on
--- idem_guard_trigger for CREATE TRIGGER.
+-- idem_guard_trigger stays executable by PUBLIC: a table owner allowed to
+-- call idem_guard needs EXECUTE on it for CREATE TRIGGER, and it refuses
+-- to run as anything but a guard idem_guard made.  idem_machines_trigger
+-- is needed by nobody: its two triggers are made here, and PostgreSQL
+-- checks EXECUTE only at CREATE TRIGGER.
+REVOKE ALL ON FUNCTION @extschema@.idem_machines_trigger() FROM PUBLIC;

@@ -317,7 +317,7 @@ batch_claim(Oid nsp, text *scope, BatchKey *distinct, int m,
 
 			r = idem_claim_direct_in(direct, scope, key, now, expires, NULL, fname);
 			if (r < 0)
-				r = idem_claim_one(nsp, scope, key, now, expires, NULL, fname, false);
+				r = idem_claim_one(nsp, scope, key, now, expires, NULL, fname);
 			state[i] = r ? KEY_CLAIMED : KEY_DUPLICATE;
 		}
 		idem_direct_close(direct);
@@ -401,7 +401,7 @@ batch_claim(Oid nsp, text *scope, BatchKey *distinct, int m,
 					continue;
 				state[i] = idem_claim_one(nsp, scope,
 										  (text *) DatumGetPointer(distinct[i].key),
-										  now, expires, NULL, fname, true)
+										  now, expires, NULL, fname)
 					? KEY_CLAIMED : KEY_DUPLICATE;
 			}
 		}

@@ -2,7 +2,7 @@
  *
  * compat.h
  *	  Every difference between the PostgreSQL major versions this extension
- *	  builds against (13 to 17) lives here, so that the rest of src/ is
+ *	  builds against (15 to 19) lives here, so that the rest of src/ is
  *	  written against one API.
  *
  *	  Invariant: no other file tests PG_VERSION_NUM.
@@ -17,30 +17,17 @@
 #include "utils/guc.h"
 #include "utils/timestamp.h"
 
-#if PG_VERSION_NUM < 130000
-#error "idempotency requires PostgreSQL 13 or later"
-#endif
-
-/* GUC prefix reservation: renamed in 15. */
 #if PG_VERSION_NUM < 150000
-#define MarkGUCPrefixReserved(prefix) EmitWarningsOnPlaceholders(prefix)
+#error "idempotency supports PostgreSQL 15 to 19"
 #endif
 
-/*
- * SHA-256.  14 introduced the pg_cryptohash API (which may use OpenSSL);
- * 13 only has the built-in implementation in common/sha2.h.
- */
-#if PG_VERSION_NUM >= 140000
+/* SHA-256 through the pg_cryptohash API (which may use OpenSSL). */
 #include "common/cryptohash.h"
 #include "common/sha2.h"
-#else
-#include "common/sha2.h"
-#endif
 
 static inline void
 idem_sha256(const void *data, size_t len, uint8 *out)
 {
-#if PG_VERSION_NUM >= 140000
 	pg_cryptohash_ctx *ctx = pg_cryptohash_create(PG_SHA256);
 
 	if (ctx == NULL ||
@@ -49,13 +36,6 @@ idem_sha256(const void *data, size_t len, uint8 *out)
 		pg_cryptohash_final(ctx, out, PG_SHA256_DIGEST_LENGTH) < 0)
 		elog(ERROR, "could not compute SHA-256 digest");
 	pg_cryptohash_free(ctx);
-#else
-	pg_sha256_ctx ctx;
-
-	pg_sha256_init(&ctx);
-	pg_sha256_update(&ctx, (const uint8 *) data, len);
-	pg_sha256_final(&ctx, out);
-#endif
 }
 
 /* Infinite intervals exist from 17 on. */
@@ -115,10 +95,9 @@ idem_parse_interval(const char *str, Interval *out)
 
 /*
  * Shared memory and LWLock tranche requests of a library loaded by
- * shared_preload_libraries.  From 15 on they must be made from
- * shmem_request_hook; before 15, directly in _PG_init.  Call this from
- * _PG_init: request() runs at the right moment either way.  *prev receives
- * the hook it displaces (NULL before 15), which request() must call first.
+ * shared_preload_libraries are made from shmem_request_hook.  Call this
+ * from _PG_init; *prev receives the hook it displaces, which request()
+ * must call first.
  */
 #include "miscadmin.h"
 
@@ -128,40 +107,62 @@ static inline void
 idem_shmem_request_install(idem_shmem_request_fn request,
 						   idem_shmem_request_fn *prev)
 {
-#if PG_VERSION_NUM >= 150000
 	*prev = shmem_request_hook;
 	shmem_request_hook = request;
-#else
-	*prev = NULL;
-	request();
-#endif
 }
 
 /*
- * The executor calls of the direct claim path (direct.c).  14 gave
- * ExecInsertIndexTuples and ExecCheckIndexConstraints their ResultRelInfo
- * argument and the "update" flag; 16 added onlySummarizing and moved
- * permissions out of the range table entry.  On 13 the direct path is not
- * built: IDEM_HAVE_DIRECT_CLAIM is 0 and idem_claim always uses SPI.
+ * A fixed-size hash table in shared memory: 19 dropped the separate
+ * initial size.
+ */
+#include "storage/shmem.h"
+
+#if PG_VERSION_NUM >= 190000
+#define IDEM_SHMEM_INIT_HASH(name, size, ctl, flags) \
+	ShmemInitHash((name), (size), (ctl), (flags))
+#else
+#define IDEM_SHMEM_INIT_HASH(name, size, ctl, flags) \
+	ShmemInitHash((name), (size), (size), (ctl), (flags))
+#endif
+
+/*
+ * The executor calls of the direct claim path (direct.c).  16 added
+ * onlySummarizing to ExecInsertIndexTuples and moved permissions out of
+ * the range table entry (RTEPermissionInfo, ExecCheckPermissions); 18
+ * gave ExecCheckIndexConstraints the TID of the tuple being updated and
+ * ExecInitRangeTable the unpruned relations; 19 turned
+ * ExecInsertIndexTuples' flags into a bit mask and reordered its
+ * arguments.
  */
 #include "executor/executor.h"
-#if PG_VERSION_NUM >= 160000
 #include "parser/parse_relation.h"
-#endif
 
-#if PG_VERSION_NUM >= 140000
-#define IDEM_HAVE_DIRECT_CLAIM 1
+#if PG_VERSION_NUM >= 190000
+#define IDEM_EXEC_INSERT_INDEX_TUPLES(rri, slot, estate, specConflict, arbiters) \
+	ExecInsertIndexTuples((rri), (estate), EIIT_NO_DUPE_ERROR, (slot), (arbiters), (specConflict))
+#elif PG_VERSION_NUM >= 160000
+#define IDEM_EXEC_INSERT_INDEX_TUPLES(rri, slot, estate, specConflict, arbiters) \
+	ExecInsertIndexTuples((rri), (slot), (estate), false, true, (specConflict), (arbiters), false)
 #else
-#define IDEM_HAVE_DIRECT_CLAIM 0
+#define IDEM_EXEC_INSERT_INDEX_TUPLES(rri, slot, estate, specConflict, arbiters) \
+	ExecInsertIndexTuples((rri), (slot), (estate), false, true, (specConflict), (arbiters))
 #endif
 
-#if PG_VERSION_NUM >= 160000
-#define IDEM_EXEC_INSERT_INDEX_TUPLES(rri, slot, estate, noDupErr, specConflict, arbiters) \
-	ExecInsertIndexTuples((rri), (slot), (estate), false, (noDupErr), (specConflict), (arbiters), false)
-#elif PG_VERSION_NUM >= 140000
-#define IDEM_EXEC_INSERT_INDEX_TUPLES(rri, slot, estate, noDupErr, specConflict, arbiters) \
-	ExecInsertIndexTuples((rri), (slot), (estate), false, (noDupErr), (specConflict), (arbiters))
+/* ON CONFLICT's pre-check of the arbiter indexes for a new tuple. */
+static inline bool
+idem_exec_check_index_constraints(ResultRelInfo *rri, TupleTableSlot *slot,
+								  EState *estate, ItemPointer conflict,
+								  List *arbiters)
+{
+#if PG_VERSION_NUM >= 180000
+	ItemPointerData invalid;
+
+	ItemPointerSetInvalid(&invalid);
+	return ExecCheckIndexConstraints(rri, slot, estate, conflict, &invalid, arbiters);
+#else
+	return ExecCheckIndexConstraints(rri, slot, estate, conflict, arbiters);
 #endif
+}
 
 /* The primary key of a relation: 18 added "deferrable_ok". */
 #if PG_VERSION_NUM >= 180000
@@ -170,23 +171,42 @@ idem_shmem_request_install(idem_shmem_request_fn request,
 #define IDEM_PRIMARY_KEY_INDEX(rel) RelationGetPrimaryKeyIndex(rel)
 #endif
 
-/* A range table of the one relation rte, for an executor state of our own. */
-static inline void
-idem_exec_init_range_table(EState *estate, RangeTblEntry *rte)
+/*
+ * The range table of an executor state of our own for the one relation
+ * rte, after the executor's permission check of perms on it (the columns
+ * in cols, as attribute numbers offset by FirstLowInvalidHeapAttributeNumber,
+ * count as selected and, for ACL_INSERT, as inserted), as ExecutorStart
+ * makes it: ExecutorCheckPerms_hook (pgaudit, sepgsql) sees the access.
+ * Returns false, with nothing initialised, when the check fails.
+ */
+static inline bool
+idem_exec_init_range_table(EState *estate, RangeTblEntry *rte, AclMode perms,
+						   Bitmapset *cols)
 {
+	List	   *rtable = list_make1(rte);
 #if PG_VERSION_NUM >= 160000
 	List	   *perminfos = NIL;
+	RTEPermissionInfo *pi = addRTEPermissionInfo(&perminfos, rte);
 
-	addRTEPermissionInfo(&perminfos, rte);
-	ExecInitRangeTable(estate, list_make1(rte), perminfos);
+	pi->requiredPerms = perms;
+	pi->selectedCols = (perms & ACL_SELECT) ? cols : NULL;
+	pi->insertedCols = (perms & ACL_INSERT) ? cols : NULL;
+	if (!ExecCheckPermissions(rtable, perminfos, false))
+		return false;
+#if PG_VERSION_NUM >= 180000
+	ExecInitRangeTable(estate, rtable, perminfos, bms_make_singleton(1));
 #else
-	ExecInitRangeTable(estate, list_make1(rte));
+	ExecInitRangeTable(estate, rtable, perminfos);
 #endif
+#else
+	rte->requiredPerms = perms;
+	rte->selectedCols = (perms & ACL_SELECT) ? cols : NULL;
+	rte->insertedCols = (perms & ACL_INSERT) ? cols : NULL;
+	if (!ExecCheckRTPerms(rtable, false))
+		return false;
+	ExecInitRangeTable(estate, rtable);
+#endif
+	return true;
 }
-
-/* The predefined role pg_read_all_stats: renamed in 14. */
-#if PG_VERSION_NUM < 140000
-#define ROLE_PG_READ_ALL_STATS DEFAULT_ROLE_READ_ALL_STATS
-#endif
 
 #endif							/* IDEM_COMPAT_H */

@@ -40,11 +40,18 @@
  *	  REPEATABLE READ and SERIALIZABLE (the SPI path raises 40001 on a
  *	  record committed after the snapshot, and takes SSI's predicate
  *	  locks); a role without table-wide INSERT and SELECT on idem_records
- *	  (SPI raises the permission error, or uses column privileges);
+ *	  (the executor's permission check below, ExecCheckRTPerms or
+ *	  ExecCheckPermissions, says no: SPI then raises the permission error,
+ *	  or uses column privileges);
  *	  row-level security in force for the role; triggers, rules, stored
- *	  generated columns or a column layout other than the extension's on
- *	  idem_records (a DBA's change must behave as plain SQL would); an
- *	  idem_records that is not an ordinary table.
+ *	  generated columns, column defaults or a column layout other than the
+ *	  extension's on idem_records (a DBA's change must behave as plain SQL
+ *	  would); an idem_records that is not an ordinary table.
+ *
+ *	  Permissions: every open runs the executor's own permission check for
+ *	  INSERT and SELECT of the columns it writes and reads, so
+ *	  ExecutorCheckPerms_hook (pgaudit's object audit, sepgsql) sees a
+ *	  direct claim as it sees the INSERT of the SPI path.
  *
  *	  Locking: the table is opened with RowExclusiveLock, as an INSERT
  *	  does, and kept until the end of the transaction; its indexes are
@@ -73,6 +80,7 @@
 #include "postgres.h"
 
 #include "access/relation.h"
+#include "access/sysattr.h"
 #include "access/table.h"
 #include "access/tableam.h"
 #include "access/xact.h"
@@ -95,8 +103,6 @@
 #include "utils/syscache.h"
 
 #include "idempotency.h"
-
-#if IDEM_HAVE_DIRECT_CLAIM
 
 /* The columns of idem_records, in order, as the install script makes them. */
 static const struct
@@ -133,6 +139,64 @@ static const struct
 #define COL_ATTEMPTS		11
 
 /*
+ * The stored default of attempts as the install script makes it (0), once
+ * seen; in TopMemoryContext.  Compared as text: the same default has the
+ * same stored form.
+ */
+static char *known_default = NULL;
+
+/*
+ * Are the column defaults of idem_records those of the install script?
+ * Only attempts has one (0), which the fast path writes itself; a default
+ * a DBA adds or changes on a column the claim's INSERT does not name
+ * (result, locked_until, token, attempts, lease) would be applied by the
+ * SPI path's INSERT, so the fast path declines then.  Defaults on the
+ * columns the INSERT names are never used by either path.
+ */
+static bool
+defaults_are_own(TupleDesc desc)
+{
+	TupleConstr *constr = desc->constr;
+	int			i;
+
+	if (constr == NULL)
+		return true;
+	for (i = 0; i < constr->num_defval; i++)
+	{
+		AttrDefault *def = &constr->defval[i];
+		Node	   *expr;
+
+		switch (def->adnum)
+		{
+			case COL_SCOPE:
+			case COL_KEY:
+			case COL_STATUS:
+			case COL_FINGERPRINT:
+			case COL_CREATED_AT:
+			case COL_UPDATED_AT:
+			case COL_EXPIRES_AT:
+				continue;		/* always given */
+			case COL_ATTEMPTS:
+				if (known_default != NULL && strcmp(def->adbin, known_default) == 0)
+					continue;
+				expr = stringToNode(def->adbin);
+				if (IsA(expr, Const) && ((Const *) expr)->consttype == INT4OID &&
+					!((Const *) expr)->constisnull &&
+					DatumGetInt32(((Const *) expr)->constvalue) == 0)
+				{
+					if (known_default == NULL)
+						known_default = MemoryContextStrdup(TopMemoryContext, def->adbin);
+					continue;
+				}
+				return false;
+			default:
+				return false;
+		}
+	}
+	return true;
+}
+
+/*
  * May the fast path write to rel?  Only when a plain INSERT by the current
  * role would do exactly what it does: see the header comment.
  */
@@ -141,7 +205,6 @@ direct_usable(Relation rel)
 {
 	TupleDesc	desc = RelationGetDescr(rel);
 	Oid			relid = RelationGetRelid(rel);
-	Oid			user = GetUserId();
 	int			i;
 
 	if (rel->rd_rel->relkind != RELKIND_RELATION ||
@@ -161,8 +224,7 @@ direct_usable(Relation rel)
 			return false;
 	}
 
-	if (pg_class_aclcheck(relid, user, ACL_INSERT) != ACLCHECK_OK ||
-		pg_class_aclcheck(relid, user, ACL_SELECT) != ACLCHECK_OK)
+	if (!defaults_are_own(desc))
 		return false;
 
 	return check_enable_rls(relid, InvalidOid, true) == RLS_NONE;
@@ -374,6 +436,25 @@ open_records(Oid nsp)
 	return rel;
 }
 
+/*
+ * The columns a claim writes or reads, as the executor's permission check
+ * takes them (offset by FirstLowInvalidHeapAttributeNumber).
+ */
+static Bitmapset *
+record_access_cols(void)
+{
+	static const AttrNumber cols[] = {
+		COL_SCOPE, COL_KEY, COL_STATUS, COL_FINGERPRINT, COL_CREATED_AT,
+		COL_UPDATED_AT, COL_EXPIRES_AT, COL_LOCKED_UNTIL, COL_ATTEMPTS
+	};
+	Bitmapset  *b = NULL;
+	int			i;
+
+	for (i = 0; i < (int) lengthof(cols); i++)
+		b = bms_add_member(b, cols[i] - FirstLowInvalidHeapAttributeNumber);
+	return b;
+}
+
 /* An open fast path: idem_records, its indexes and an executor state. */
 struct IdemDirect
 {
@@ -422,7 +503,14 @@ idem_direct_open(Oid nsp)
 	rte->relid = RelationGetRelid(rel);
 	rte->relkind = rel->rd_rel->relkind;
 	rte->rellockmode = RowExclusiveLock;
-	idem_exec_init_range_table(d->estate, rte);
+	if (!idem_exec_init_range_table(d->estate, rte, ACL_INSERT | ACL_SELECT,
+									record_access_cols()))
+	{
+		FreeExecutorState(d->estate);
+		table_close(rel, NoLock);
+		pfree(d);
+		return NULL;
+	}
 
 	d->claimed = CStringGetTextDatum(IDEM_STATUS_CLAIMED);
 	d->rri = makeNode(ResultRelInfo);
@@ -511,7 +599,7 @@ idem_direct_claim_key(IdemDirect *d, text *scope, text *key, TimestampTz now,
 		CHECK_FOR_INTERRUPTS();
 
 		/* Waits for an in-progress inserter or deleter of the key. */
-		if (!ExecCheckIndexConstraints(d->rri, slot, estate, &conflict, d->arbiters))
+		if (!idem_exec_check_index_constraints(d->rri, slot, estate, &conflict, d->arbiters))
 		{
 			if (!table_tuple_fetch_row_version(d->rel, &conflict, SnapshotAny, d->existing))
 				elog(ERROR, "idempotency: conflicting tuple (%u,%u) of idem_records not found",
@@ -538,7 +626,7 @@ idem_direct_claim_key(IdemDirect *d, text *scope, text *key, TimestampTz now,
 		estate->es_output_cid = GetCurrentCommandId(true);
 		token = SpeculativeInsertionLockAcquire(GetCurrentTransactionId());
 		table_tuple_insert_speculative(d->rel, slot, estate->es_output_cid, 0, NULL, token);
-		recheck = IDEM_EXEC_INSERT_INDEX_TUPLES(d->rri, slot, estate, true,
+		recheck = IDEM_EXEC_INSERT_INDEX_TUPLES(d->rri, slot, estate,
 												&spec_conflict, d->arbiters);
 		table_tuple_complete_speculative(d->rel, slot, token, !spec_conflict);
 		SpeculativeInsertionLockRelease(GetCurrentTransactionId());
@@ -585,32 +673,3 @@ idem_direct_claim(Oid nsp, text *scope, text *key, TimestampTz now,
 	idem_direct_close(d);
 	return result;
 }
-
-#else							/* !IDEM_HAVE_DIRECT_CLAIM */
-
-IdemDirect *
-idem_direct_open(Oid nsp)
-{
-	return NULL;
-}
-
-void
-idem_direct_close(IdemDirect *d)
-{
-}
-
-IdemDirectResult
-idem_direct_claim_key(IdemDirect *d, text *scope, text *key, TimestampTz now,
-					  TimestampTz expires, bytea *fp, IdemRecordState *rec)
-{
-	return IDEM_DIRECT_DECLINED;
-}
-
-IdemDirectResult
-idem_direct_claim(Oid nsp, text *scope, text *key, TimestampTz now,
-				  TimestampTz expires, bytea *fp, IdemRecordState *rec)
-{
-	return IDEM_DIRECT_DECLINED;
-}
-
-#endif							/* IDEM_HAVE_DIRECT_CLAIM */

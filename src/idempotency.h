@@ -99,8 +99,15 @@ idem_bytea_equal(bytea *a, bytea *b)
 typedef struct IdemDirect IdemDirect;
 
 extern bool idem_claim_one(Oid nsp, text *scope, text *key, TimestampTz now,
-						   TimestampTz expires, bytea *fp, const char *fname,
-						   bool try_direct);
+						   TimestampTz expires, bytea *fp, const char *fname);
+
+/*
+ * A takeover (idem_claim, idem_claim_many, idem_begin) gives up after this
+ * many rounds of read and UPDATE without progress, with idem_takeover_stuck.
+ */
+#define IDEM_MAX_TAKEOVER_ROUNDS 16
+extern void idem_takeover_stuck(Oid nsp, const char *fname, text *scope,
+								text *key);
 extern int	idem_claim_direct(Oid nsp, text *scope, text *key, TimestampTz now,
 							  TimestampTz expires, bytea *fp, const char *fname);
 extern int	idem_claim_direct_in(IdemDirect *d, text *scope, text *key,

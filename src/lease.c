@@ -49,6 +49,9 @@ PG_FUNCTION_INFO_V1(idem_await);
 
 #define BEGIN_MAX_INVISIBLE_RETRIES 10
 
+/* idem_await's longest sleep between two looks at the record. */
+#define AWAIT_MAX_NAP_MS 100
+
 /* Shared by every token-checked UPDATE: the caller still holds the lease. */
 #define HOLDS_LEASE_SQL \
 	" WHERE r.scope OPERATOR(pg_catalog.=) $1 AND r.key OPERATOR(pg_catalog.=) $2" \
@@ -102,6 +105,7 @@ static IdemQuery q_heartbeat = {
 	" SET locked_until = $4 OPERATOR(pg_catalog.+) COALESCE($5, r.lease),"
 	"     lease = COALESCE($5, r.lease), updated_at = $4"
 	HOLDS_LEASE_SQL
+	" AND COALESCE($5, r.lease) IS NOT NULL"
 	" RETURNING r.locked_until",
 	5, {TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID, INTERVALOID}
 };
@@ -124,7 +128,7 @@ static IdemQuery q_fail = {
 };
 
 static IdemQuery q_lease_state = {
-	"SELECT r.status, r.token, r.expires_at OPERATOR(pg_catalog.>) $3"
+	"SELECT r.status, r.token, r.expires_at OPERATOR(pg_catalog.>) $3, r.lease IS NULL"
 	" FROM @extschema@.idem_records r"
 	" WHERE r.scope OPERATOR(pg_catalog.=) $1 AND r.key OPERATOR(pg_catalog.=) $2",
 	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}
@@ -160,38 +164,55 @@ arg_token(FunctionCallInfo fcinfo, int argno, const char *fname)
 }
 
 /*
- * Raise ID003 for a token-checked UPDATE that matched nothing, saying why.
- * Must be called inside the SPI connection.
+ * Raise the error for a token-checked UPDATE that matched nothing, saying
+ * why: ID002 when the key was never begun (no record at all), 22004 when a heartbeat gave no lease length and the record has
+ * none (lease_given false), else ID003 (lease lost).  Must be called
+ * inside the SPI connection.
  */
 static void
 lease_lost(Oid nsp, const char *fname, text *scope, text *key, int64 token,
-		   TimestampTz now)
+		   TimestampTz now, bool lease_given)
 {
 	Datum		values[3];
 	bool		isnull;
 	char	   *why;
+	char	   *status;
+	Datum		cur;
+	bool		cur_null;
 
 	values[0] = PointerGetDatum(scope);
 	values[1] = PointerGetDatum(key);
 	values[2] = TimestampTzGetDatum(now);
 
-	if (idem_query_exec(&q_lease_state, nsp, values, NULL, false, 1) == 0 ||
-		!DatumGetBool(spi_col(3, &isnull)))
+	if (idem_query_exec(&q_lease_state, nsp, values, NULL, false, 1) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_IDEM_NO_RECORD),
+				 errmsg("%s: key was never begun", fname),
+				 errdetail("Key \"%s\" in scope \"%s\" has no record.",
+						   text_to_cstring(key), text_to_cstring(scope)),
+				 errhint("Call idem_begin first and pass the token it returns; a record purged after its expiry is gone too.")));
+
+	cur = spi_col(2, &cur_null);
+	status = TextDatumGetCString(spi_col(1, &isnull));
+	if (!DatumGetBool(spi_col(3, &isnull)))
 		why = psprintf("Key \"%s\" in scope \"%s\" has no live record.",
 					   text_to_cstring(key), text_to_cstring(scope));
+	else if (strcmp(status, IDEM_STATUS_IN_PROGRESS) == 0 && !cur_null &&
+			 DatumGetInt64(cur) == token && !lease_given &&
+			 DatumGetBool(spi_col(4, &isnull)))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s: the record has no lease length, so one must be given", fname),
+				 errdetail("Key \"%s\" in scope \"%s\" has a NULL lease column.",
+						   text_to_cstring(key), text_to_cstring(scope)),
+				 errhint("Pass the lease, as in idem_heartbeat(scope, key, token, '5 minutes').")));
+	else if (strcmp(status, IDEM_STATUS_IN_PROGRESS) == 0 && !cur_null)
+		why = psprintf("Key \"%s\" in scope \"%s\" is now leased with token " INT64_FORMAT ", not " INT64_FORMAT ".",
+					   text_to_cstring(key), text_to_cstring(scope),
+					   DatumGetInt64(cur), token);
 	else
-	{
-		char	   *status = TextDatumGetCString(spi_col(1, &isnull));
-		Datum		cur = spi_col(2, &isnull);
-
-		if (strcmp(status, IDEM_STATUS_IN_PROGRESS) == 0 && !isnull)
-			why = psprintf("Key \"%s\" in scope \"%s\" is now leased with token " INT64_FORMAT ", not " INT64_FORMAT ".",
-						   text_to_cstring(key), text_to_cstring(scope),
-						   DatumGetInt64(cur), token);
-		else
-			why = psprintf("Key \"%s\" in scope \"%s\" is no longer in progress: its status is \"%s\".",
-						   text_to_cstring(key), text_to_cstring(scope), status);
-	}
+		why = psprintf("Key \"%s\" in scope \"%s\" is no longer in progress: its status is \"%s\".",
+					   text_to_cstring(key), text_to_cstring(scope), status);
 
 	ereport(ERROR,
 			(errcode(ERRCODE_IDEM_LEASE_LOST),
@@ -233,6 +254,7 @@ idem_begin(PG_FUNCTION_ARGS)
 	Datum		result = (Datum) 0;
 	bool		result_null = true;
 	int			invisible = 0;
+	int			rounds = 0;
 	Datum		out[3];
 	bool		outnull[3];
 
@@ -274,6 +296,10 @@ idem_begin(PG_FUNCTION_ARGS)
 		TimestampTz lease_end;
 		bool		live;
 
+		CHECK_FOR_INTERRUPTS();
+		if (++rounds > IDEM_MAX_TAKEOVER_ROUNDS)
+			idem_takeover_stuck(nsp, fname, scope, key);
+
 		if (idem_query_exec(&q_begin_insert, nsp, values, nulls, false, 0) == 1)
 		{
 			idem_stats_count(scope, IDEM_STAT_CLAIMED);
@@ -281,6 +307,7 @@ idem_begin(PG_FUNCTION_ARGS)
 			token = spi_col(1, &token_null);
 			break;
 		}
+		SPI_freetuptable(SPI_tuptable);
 
 		if (idem_query_exec(&q_begin_read, nsp, values, NULL, false, 1) == 0)
 		{
@@ -300,7 +327,7 @@ idem_begin(PG_FUNCTION_ARGS)
 		expires_at = DatumGetTimestampTz(spi_col(4, &isnull));
 		lease_end = DatumGetTimestampTz(spi_col(5, &isnull));
 		if (isnull)
-			lease_end = DT_NOBEGIN;
+			lease_end = DT_NOEND;	/* no end: held until expiry, as the SQL says */
 		live = expires_at > now;
 
 		if (live && fp != NULL)
@@ -342,6 +369,7 @@ idem_begin(PG_FUNCTION_ARGS)
 		}
 
 		/* Expired, retryable or abandoned: take it over. */
+		SPI_freetuptable(SPI_tuptable);
 		if (idem_query_exec(&q_begin_takeover, nsp, values, nulls, false, 0) == 1)
 		{
 			idem_stats_count(scope, IDEM_STAT_CLAIMED);
@@ -349,6 +377,8 @@ idem_begin(PG_FUNCTION_ARGS)
 			outcome = "acquired";
 			token = spi_col(1, &token_null);
 		}
+		else
+			SPI_freetuptable(SPI_tuptable);
 	}
 
 	SPI_finish();
@@ -410,7 +440,7 @@ idem_heartbeat(PG_FUNCTION_ARGS)
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	if (idem_query_exec(&q_heartbeat, nsp, values, nulls, false, 0) == 0)
-		lease_lost(nsp, fname, scope, key, token, now);
+		lease_lost(nsp, fname, scope, key, token, now, !PG_ARGISNULL(3));
 	until = DatumGetTimestampTz(spi_col(1, &isnull));
 	SPI_finish();
 
@@ -455,7 +485,7 @@ idem_finish(PG_FUNCTION_ARGS)
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	if (idem_query_exec(&q_finish, nsp, values, nulls, false, 0) == 0)
-		lease_lost(nsp, fname, scope, key, token, now);
+		lease_lost(nsp, fname, scope, key, token, now, true);
 	idem_stats_count(scope, IDEM_STAT_COMPLETED);
 	SPI_finish();
 
@@ -510,7 +540,7 @@ idem_fail(PG_FUNCTION_ARGS)
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	if (idem_query_exec(&q_fail, nsp, values, nulls, false, 0) == 0)
-		lease_lost(nsp, fname, scope, key, token, now);
+		lease_lost(nsp, fname, scope, key, token, now, true);
 	idem_stats_count(scope, IDEM_STAT_FAILED);
 	SPI_finish();
 
@@ -540,6 +570,7 @@ idem_await(PG_FUNCTION_ARGS)
 	Datum		result = (Datum) 0;
 	bool		isnull = true;
 	long		nap_ms = 1;
+	MemoryContext round;
 
 	if (PG_ARGISNULL(2))
 		ereport(ERROR,
@@ -569,6 +600,9 @@ idem_await(PG_FUNCTION_ARGS)
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 
+	/* What one look allocates is freed before the next. */
+	round = AllocSetContextCreate(CurrentMemoryContext, "idem_await look",
+								  ALLOCSET_SMALL_SIZES);
 	for (;;)
 	{
 		TimestampTz now = GetCurrentTimestamp();
@@ -576,33 +610,46 @@ idem_await(PG_FUNCTION_ARGS)
 		char	   *status;
 		TimestampTz lease_end;
 		long		wait_ms;
+		MemoryContext old;
+		bool		done;
+
+		CHECK_FOR_INTERRUPTS();
+		MemoryContextReset(round);
+		old = MemoryContextSwitchTo(round);
 
 		values[2] = TimestampTzGetDatum(now);
 		if (idem_query_exec(&q_await_read, nsp, values, NULL, false, 1) == 0)
 		{
+			MemoryContextSwitchTo(old);
 			isnull = true;
 			break;
 		}
 
 		status = TextDatumGetCString(spi_col(2, &snull));
 		lease_end = DatumGetTimestampTz(spi_col(3, &snull));
-		if (strcmp(status, IDEM_STATUS_IN_PROGRESS) != 0 || snull ||
-			lease_end <= now || now >= deadline)
+		done = strcmp(status, IDEM_STATUS_IN_PROGRESS) != 0 || snull ||
+			lease_end <= now || now >= deadline;
+		MemoryContextSwitchTo(old);
+		if (done)
 		{
 			result = SPI_datumTransfer(spi_col(1, &isnull), false, -1);
 			break;
 		}
+		SPI_freetuptable(SPI_tuptable);
 
-		/* Sleep until the next look: short at first, then up to 100 ms. */
-		wait_ms = Min(nap_ms, 100);
-		wait_ms = Min(wait_ms, (long) ((Min(deadline, lease_end) - now) / 1000) + 1);
-		nap_ms *= 2;
+		/*
+		 * Sleep until the next look: 1 ms at first, doubling up to 100 ms,
+		 * never past the deadline or the lease's end.  A set latch (a
+		 * NOTIFY, say) only makes the look come earlier.
+		 */
+		wait_ms = Min(nap_ms, (long) ((Min(deadline, lease_end) - now) / 1000) + 1);
+		nap_ms = Min(nap_ms * 2, AWAIT_MAX_NAP_MS);
 
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 wait_ms, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
-		CHECK_FOR_INTERRUPTS();
 	}
+	MemoryContextDelete(round);
 
 	SPI_finish();
 

@@ -53,7 +53,10 @@
 
 #include "access/htup_details.h"
 #include "access/xact.h"
+#include "catalog/dependency.h"
+#include "catalog/pg_class.h"
 #include "catalog/pg_type.h"
+#include "commands/extension.h"
 #include "commands/trigger.h"
 #include "lib/stringinfo.h"
 #include "utils/builtins.h"
@@ -1154,6 +1157,43 @@ idem_machine_drop(PG_FUNCTION_ARGS)
  * restores cannot store a malformed machine.  Statement level, AFTER any
  * change: registers the invalidation of every backend's cache.
  */
+/*
+ * Refuse to run idem_machines_trigger anywhere but on the extension's own
+ * idem_machines, with the columns and types the install script gives it:
+ * the function is reachable by any role that may create a trigger (on a
+ * temporary table, say), and reads the columns as text and jsonb.  Fails
+ * with 39P01 (trigger protocol violated).
+ */
+static void
+check_machines_trigger(FunctionCallInfo fcinfo, TriggerData *td)
+{
+	Relation	rel = td->tg_relation;
+	Oid			nsp = idem_extension_schema(fcinfo);
+	TupleDesc	desc = RelationGetDescr(rel);
+	int			name_att;
+	int			def_att;
+
+	if (RelationGetRelid(rel) != get_relname_relid("idem_machines", nsp) ||
+		getExtensionOfObject(RelationRelationId, RelationGetRelid(rel)) !=
+		get_extension_oid("idempotency", true))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("idem_machines_trigger: may fire only on the extension's table idem_machines"),
+				 errdetail("Trigger \"%s\" fired on table \"%s\".",
+						   td->tg_trigger->tgname, RelationGetRelationName(rel)),
+				 errhint("Drop the trigger; define state machines with idem_machine_define().")));
+
+	name_att = SPI_fnumber(desc, "machine");
+	def_att = SPI_fnumber(desc, "definition");
+	if (name_att <= 0 || def_att <= 0 ||
+		TupleDescAttr(desc, name_att - 1)->atttypid != TEXTOID ||
+		TupleDescAttr(desc, def_att - 1)->atttypid != JSONBOID)
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("idem_machines_trigger: table idem_machines has lost its machine text or definition jsonb column"),
+				 errhint("Reinstall the extension, or restore idem_machines from a dump.")));
+}
+
 Datum
 idem_machines_trigger(PG_FUNCTION_ARGS)
 {
@@ -1164,6 +1204,7 @@ idem_machines_trigger(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
 				 errmsg("idem_machines_trigger: not called by the trigger manager")));
 	td = (TriggerData *) fcinfo->context;
+	check_machines_trigger(fcinfo, td);
 
 	if (TRIGGER_FIRED_FOR_STATEMENT(td->tg_event))
 	{
@@ -1184,8 +1225,6 @@ idem_machines_trigger(PG_FUNCTION_ARGS)
 		bool		name_null;
 		bool		def_null;
 
-		if (name_att <= 0 || def_att <= 0)
-			elog(ERROR, "idem_machines_trigger: table has no machine or definition column");
 		name = heap_getattr(tuple, name_att, desc, &name_null);
 		def = heap_getattr(tuple, def_att, desc, &def_null);
 

@@ -39,6 +39,7 @@
 #include "catalog/pg_namespace.h"
 #include "lib/stringinfo.h"
 #include "nodes/pg_list.h"
+#include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
@@ -175,18 +176,61 @@ idem_query_plan(IdemQuery *q, Oid nsp)
 }
 
 /*
+ * A permission error on one of the extension's own objects, raised by one
+ * of its statements: say what to grant instead of showing the statement.
+ * The caller has copied the error into edata and flushed it.
+ */
+static void
+rethrow_permission_error(ErrorData *edata, const char *sql)
+{
+	const char *role = GetUserNameFromId(GetUserId(), true);
+	bool		reads = pg_strncasecmp(sql, "SELECT", 6) == 0;
+
+	edata->hint = psprintf("As the extension's owner, run: SELECT idem_grant(%s%s);",
+						   quote_literal_cstr(quote_identifier(role ? role : "role")),
+						   reads ? ", 'read'" : "");
+	edata->context = NULL;
+	edata->internalquery = NULL;
+	edata->internalpos = 0;
+	ReThrowError(edata);
+}
+
+/*
  * Execute q with the given arguments; returns SPI_processed.  Errors from
  * the statement (lock timeouts, serialization failures, constraint
- * violations) propagate unchanged.  A negative SPI result code is a bug.
+ * violations) propagate unchanged, but for a permission error on the
+ * extension's own objects, which gets a hint naming idem_grant.  A
+ * negative SPI result code is a bug.
  */
 int
 idem_query_exec(IdemQuery *q, Oid nsp, Datum *values, const char *nulls,
 				bool read_only, long count)
 {
 	SPIPlanPtr	plan = idem_query_plan(q, nsp);
+	MemoryContext cxt = CurrentMemoryContext;
 	int			rc;
 
-	rc = SPI_execute_plan(plan, values, nulls, read_only, count);
+	PG_TRY();
+	{
+		rc = SPI_execute_plan(plan, values, nulls, read_only, count);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		if (edata->sqlerrcode != ERRCODE_INSUFFICIENT_PRIVILEGE ||
+			edata->message == NULL || strstr(edata->message, " idem_") == NULL ||
+			edata->hint != NULL)
+		{
+			FreeErrorData(edata);
+			PG_RE_THROW();
+		}
+		FlushErrorState();
+		rethrow_permission_error(edata, q->sql);
+	}
+	PG_END_TRY();
 	if (rc < 0)
 		elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(rc));
 	return (int) SPI_processed;

@@ -38,6 +38,8 @@
 #include "funcapi.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
+#include "utils/lsyscache.h"
+#include "utils/rls.h"
 #include "utils/timestamp.h"
 
 #include "idempotency.h"
@@ -162,6 +164,36 @@ idem_fingerprint_mismatch(const char *fname, text *scope, text *key,
 }
 
 /*
+ * A takeover of (scope, key) that made no progress: the UPDATE taking the
+ * record over changed no row IDEM_MAX_TAKEOVER_ROUNDS times in a row,
+ * although a fresh read found it claimable each time.  Row-level security
+ * that lets the role see a record but not update it does that (42501);
+ * otherwise a trigger on idem_records that skips updates, or other
+ * transactions changing the record at every turn (40001, retry).  Shared
+ * with idem_begin.
+ */
+void
+idem_takeover_stuck(Oid nsp, const char *fname, text *scope, text *key)
+{
+	Oid			relid = get_relname_relid("idem_records", nsp);
+
+	if (OidIsValid(relid) && check_enable_rls(relid, InvalidOid, true) == RLS_ENABLED)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("%s: row-level security does not let the current role take over the record for this key",
+						fname),
+				 errdetail("Key \"%s\" in scope \"%s\" has an expired, retryable or abandoned record that the role may read but not update.",
+						   text_to_cstring(key), text_to_cstring(scope)),
+				 errhint("Check the UPDATE policies on idem_records for this role and scope.")));
+	ereport(ERROR,
+			(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+			 errmsg("%s: could not take over the record for this key", fname),
+			 errdetail("Key \"%s\" in scope \"%s\" was found claimable %d times, but updating it changed no row.",
+					   text_to_cstring(key), text_to_cstring(scope), IDEM_MAX_TAKEOVER_ROUNDS),
+			 errhint("Retry the transaction; if this persists, look for a trigger on idem_records that skips updates.")));
+}
+
+/*
  * Decide a claim against an existing record: returns true when the record
  * can be taken over (expired, a retryable failure, or a lease that ran
  * out), false when the claim is a duplicate (then counted and, with
@@ -250,26 +282,19 @@ idem_claim_direct_in(IdemDirect *d, text *scope, text *key, TimestampTz now,
  * heart of idem_claim, shared with idem_claim_many.  The caller has
  * validated the arguments, checked the transaction is writable and called
  * SPI_connect.  now and expires are the call's clock and the new record's
- * expiry; fp is the fingerprint digest or NULL.  With try_direct the fast
- * path is tried first.  Returns true when this transaction now owns the
- * key, false for a duplicate.  Errors as idem_claim.
+ * expiry; fp is the fingerprint digest or NULL.  Returns true when this
+ * transaction now owns the key, false for a duplicate.  Errors as
+ * idem_claim; a takeover that makes no progress in IDEM_MAX_TAKEOVER_ROUNDS
+ * rounds raises idem_takeover_stuck's error.
  */
 bool
 idem_claim_one(Oid nsp, text *scope, text *key, TimestampTz now,
-			   TimestampTz expires, bytea *fp, const char *fname,
-			   bool try_direct)
+			   TimestampTz expires, bytea *fp, const char *fname)
 {
 	Datum		values[5];
 	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
 	int			invisible = 0;
-
-	if (try_direct)
-	{
-		int			r = idem_claim_direct(nsp, scope, key, now, expires, fp, fname);
-
-		if (r >= 0)
-			return r == 1;
-	}
+	int			rounds = 0;
 
 	values[0] = PointerGetDatum(scope);
 	values[1] = PointerGetDatum(key);
@@ -284,6 +309,10 @@ idem_claim_one(Oid nsp, text *scope, text *key, TimestampTz now,
 		bool		isnull;
 		Datum		d;
 		IdemRecordState rec;
+
+		CHECK_FOR_INTERRUPTS();
+		if (++rounds > IDEM_MAX_TAKEOVER_ROUNDS)
+			idem_takeover_stuck(nsp, fname, scope, key);
 
 		if (idem_query_exec(&q_claim_insert, nsp, values, nulls, false, 0) == 1)
 		{
@@ -319,6 +348,7 @@ idem_claim_one(Oid nsp, text *scope, text *key, TimestampTz now,
 
 		if (!claim_verdict(&rec, scope, key, now, fp, fname))
 			return false;
+		SPI_freetuptable(SPI_tuptable);
 
 		/* Expired, retryable or abandoned: take it over. */
 		if (idem_query_exec(&q_claim_takeover, nsp, values, nulls, false, 0) == 1)
@@ -360,7 +390,7 @@ claim_internal(FunctionCallInfo fcinfo, text *scope, text *key,
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	claimed = idem_claim_one(nsp, scope, key, now, expires, fp, fname, false);
+	claimed = idem_claim_one(nsp, scope, key, now, expires, fp, fname);
 	SPI_finish();
 	return claimed;
 }

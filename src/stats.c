@@ -235,9 +235,8 @@ stats_shmem_startup(void)
 	memset(&ctl, 0, sizeof(ctl));
 	ctl.keysize = sizeof(StatsKey);
 	ctl.entrysize = sizeof(StatsEntry);
-	stats_htab = ShmemInitHash("idempotency stats hash",
-							   stats_max_scopes + 1, stats_max_scopes + 1,
-							   &ctl, HASH_ELEM | HASH_BLOBS);
+	stats_htab = IDEM_SHMEM_INIT_HASH("idempotency stats hash", stats_max_scopes + 1,
+									  &ctl, HASH_ELEM | HASH_BLOBS);
 
 	if (!found)
 	{

@@ -36,6 +36,11 @@ mkdir -p "$WORK/src"
 cp -a "$IDEM_TOP/test" "$IDEM_TOP/expected" "$WORK/src/"
 [ "$(id -u)" -ne 0 ] || chown -R postgres: "$WORK"
 
+# Time limits: a suite that runs longer than this fails (it hangs, most
+# likely); one statement of regress or isolation longer than
+# IDEM_STATEMENT_TIMEOUT fails with 57014.
+IDEM_SUITE_TIMEOUT=${IDEM_SUITE_TIMEOUT:-1800}
+
 passed=0
 failed=0
 summary=()
@@ -61,7 +66,10 @@ run_pg_regress() { # suite driver inputs...
     local out="$WORK/$suite" log="$WORK/$suite.log" rc
     idem_as_pg mkdir -p "$out"
     idem_log "suite $suite"
-    idem_as_pg "$driver" \
+    # Every statement is bounded (a wait that overruns fails with 57014,
+    # named in the diff) and so is the whole suite (timeout).
+    idem_as_pg env PGOPTIONS="-c statement_timeout=${IDEM_STATEMENT_TIMEOUT:-180s}" \
+        timeout --kill-after=10 "$IDEM_SUITE_TIMEOUT" "$driver" \
         --inputdir="$WORK/src/test" --outputdir="$out" \
         --bindir="$IDEM_BINDIR" --host="$IDEM_PGHOST" --port="$IDEM_PGPORT" \
         --user=postgres --dbname="idem_$suite" --load-extension=idempotency \
@@ -69,6 +77,7 @@ run_pg_regress() { # suite driver inputs...
     rc=${PIPESTATUS[0]}
     read -r p f < <(count_results "$log")
     if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
+    [ "$rc" -ne 124 ] && [ "$rc" -ne 137 ] || failures+=("$suite: timed out after $IDEM_SUITE_TIMEOUT s (see its last test above)")
     record "$suite" "$p" "$f"
     while read -r name; do failures+=("$suite: $name"); done \
         < <(sed -nE 's/^[[:space:]]*(not ok [0-9]+ +[-+ ]*|test |[-+] )?([A-Za-z0-9_]+) +\.\.\. +FAILED.*/\2/p' "$log")
@@ -107,8 +116,10 @@ for suite in "${suites[@]}"; do
             PERL5LIB="$IDEM_PGXS_DIR/src/test/perl:$WORK/src/test/t" \
             PG_REGRESS="$IDEM_PGXS_DIR/src/test/regress/pg_regress" \
             TESTDIR="$WORK/tap" IDEM_TOP="$WORK/src" \
+            timeout --kill-after=10 "$IDEM_SUITE_TIMEOUT" \
             prove ${PROVE_FLAGS:-} ${TAP_TESTS:-test/t/*.pl}) 2>&1 | tee "$log"
         rc=${PIPESTATUS[0]}
+        [ "$rc" -ne 124 ] && [ "$rc" -ne 137 ] || failures+=("tap: timed out after $IDEM_SUITE_TIMEOUT s (see its last test above)")
         files=$(grep -cE '^test/t/\S+\.pl \.+ ' "$log")
         bad=$(grep -cE '^test/t/\S+\.pl \.+ .*(Dubious|Failed|skipped: )' "$log")
         grep -q '^Result: PASS' "$log" || [ "$bad" -gt 0 ] || bad=1

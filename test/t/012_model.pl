@@ -422,7 +422,8 @@ sub op_heartbeat
 	$e //= '22004' unless defined $token;
 	$e //= '22023' if $lease ne 'NULL' && !$interval_ok{$lease};
 	return ($sql, [ 'ERR', $e ]) if $e;
-	return ($sql, [ 'ERR', 'ID003' ]) unless holds($k, $token);
+	return ($sql, [ 'ERR', exists $state->{recs}{$k} ? 'ID003' : 'ID002' ])
+	  unless holds($k, $token);
 	return ($sql, [ 'OK', 't' ],
 		sub { $state->{recs}{$k}{lease_live} = 1; return; });
 }
@@ -438,7 +439,8 @@ sub op_finish
 	my $e = check_scope($scope) // check_key($key);
 	$e //= '22004' unless defined $token;
 	return ($sql, [ 'ERR', $e ]) if $e;
-	return ($sql, [ 'ERR', 'ID003' ]) unless holds($k, $token);
+	return ($sql, [ 'ERR', exists $state->{recs}{$k} ? 'ID003' : 'ID002' ])
+	  unless holds($k, $token);
 	return (
 		$sql,
 		[ 'OK', '' ],
@@ -464,7 +466,8 @@ sub op_fail
 	$e //= '22004' unless defined $token;
 	$e //= '22004' if $retryable eq 'NULL';
 	return ($sql, [ 'ERR', $e ]) if $e;
-	return ($sql, [ 'ERR', 'ID003' ]) unless holds($k, $token);
+	return ($sql, [ 'ERR', exists $state->{recs}{$k} ? 'ID003' : 'ID002' ])
+	  unless holds($k, $token);
 	return (
 		$sql,
 		[ 'OK', '' ],

@@ -117,6 +117,11 @@ my %null_rules = (
 	'idem_token_issue(text,interval)' => [ '', [ q{'s'}, q{'1 hour'} ], [ '22004', '22004' ] ],
 	# STRICT: NULL in, NULL out (a CHECK accepts it; the column is NOT NULL).
 	'idem_status_is_valid(text)' => [ '', [ q{'claimed'} ], [ 'ok:' ] ],
+	# STRICT: a NULL role or access level grants nothing.
+	'idem_grant(regrole,text)' => [ q{CREATE ROLE hostile_grantee},
+		[ q{'hostile_grantee'}, q{'read'} ], [ 'ok:', 'ok:' ] ],
+	'idem_revoke(regrole)' => [ q{CREATE ROLE hostile_revokee},
+		[ q{'hostile_revokee'} ], [ 'ok:' ] ],
 	'idem_token_consume(text,text)' =>
 	  [ '', [ q{'s'}, q{'0123456789abcdef0123456789abcdef'} ], [ '22004', '22004' ] ],
 	'idem_machine_define(text,jsonb)' => [
@@ -246,9 +251,9 @@ my @keyed = (
 	[ 'idem_release',       q{SELECT idem_release(%s, %s)},                       'f' ],
 	[ 'idem_complete',      q{SELECT idem_complete(%s, %s, '1')},                 'ID002' ],
 	[ 'idem_begin',         q{SELECT outcome FROM idem_begin(%s, %s)},            'acquired' ],
-	[ 'idem_heartbeat',     q{SELECT idem_heartbeat(%s, %s, 1)},                  'ID003' ],
-	[ 'idem_finish',        q{SELECT idem_finish(%s, %s, 1)},                     'ID003' ],
-	[ 'idem_fail',          q{SELECT idem_fail(%s, %s, 1)},                       'ID003' ],
+	[ 'idem_heartbeat',     q{SELECT idem_heartbeat(%s, %s, 1)},                  'ID002' ],
+	[ 'idem_finish',        q{SELECT idem_finish(%s, %s, 1)},                     'ID002' ],
+	[ 'idem_fail',          q{SELECT idem_fail(%s, %s, 1)},                       'ID002' ],
 	[ 'idem_await',         q{SELECT idem_await(%s, %s, '0') IS NULL},            't' ],
 	[ 'idem_claim_many',    q{SELECT claimed FROM idem_claim_many(%s, ARRAY[%s])}, 't' ],);
 

@@ -143,9 +143,13 @@ my %calls = (
 	'idem_guard_allows(text,text,text)'   => [ [ q{SELECT idem_guard_allows('secm', 'paid', 'new')}, 'ok:f' ] ],
 	# Public by design: a pure function of its argument (the CHECK on status).
 	'idem_status_is_valid(text)' => [ [ q{SELECT idem_status_is_valid('claimed')}, 'ok:t' ] ],
-	# Trigger functions cannot be called directly.
+	# Trigger functions cannot be called directly; idem_machines_trigger
+	# is not even executable.
 	'idem_guard_trigger()'    => [ [ q{SELECT idem_guard_trigger()},    '39P01' ] ],
-	'idem_machines_trigger()' => [ [ q{SELECT idem_machines_trigger()}, '39P01' ] ],);
+	'idem_machines_trigger()' => [ [ q{SELECT idem_machines_trigger()}, '42501' ] ],
+	# Not public: they grant.
+	'idem_grant(regrole,text)' => [ [ q{SELECT idem_grant('nobody')}, '42501' ] ],
+	'idem_revoke(regrole)'     => [ [ q{SELECT idem_revoke('nobody')}, '42501' ] ],);
 
 my @functions = split /\n/, su(q{
 	SELECT p.oid::regprocedure::text
@@ -302,9 +306,9 @@ for my $c (
 	[ q{SELECT * FROM idem_claim_many('tb', ARRAY['m1', 'x'])}, 'err', '42501' ],
 	[ q{SELECT idem_token_issue('tb')},                        'err', '42501' ],
 	[ q{SELECT idem_complete('tb', 'k1', '1')},                'err', 'ID002' ],
-	[ qq{SELECT idem_heartbeat('tb', 'lease1', $tb_token)},    'err', 'ID003' ],
-	[ qq{SELECT idem_finish('tb', 'lease1', $tb_token, '"stolen"')}, 'err', 'ID003' ],
-	[ qq{SELECT idem_fail('tb', 'lease1', $tb_token, '"stolen"', false)}, 'err', 'ID003' ],)
+	[ qq{SELECT idem_heartbeat('tb', 'lease1', $tb_token)},    'err', 'ID002' ],
+	[ qq{SELECT idem_finish('tb', 'lease1', $tb_token, '"stolen"')}, 'err', 'ID002' ],
+	[ qq{SELECT idem_fail('tb', 'lease1', $tb_token, '"stolen"', false)}, 'err', 'ID002' ],)
 {
 	my ($sql, $kind, $want) = @$c;
 	if ($kind eq 'ok') { as_gives('ta', $sql, $want, "tenant a: $sql gives $want"); }

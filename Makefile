@@ -36,7 +36,7 @@ PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initi
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs 2>/dev/null)
 
-.PHONY: demo test lint bench soak sanitize
+.PHONY: demo test test-matrix lint bench soak sanitize
 
 # `make` with no target builds the extension when PGXS is available.
 ifneq ($(wildcard $(PGXS)),)
@@ -63,6 +63,10 @@ demo:
 
 test:
 	@PG_CONFIG=$(PG_CONFIG) bash test/run.sh
+
+# Every suite on PostgreSQL 15 to 19 (test/matrix.sh says how to choose).
+test-matrix:
+	@bash test/matrix.sh
 
 lint:
 	@PG_CONFIG=$(PG_CONFIG) bash test/lint.sh

@@ -38,6 +38,30 @@ idem_sha256(const void *data, size_t len, uint8 *out)
 	pg_cryptohash_free(ctx);
 }
 
+/*
+ * The "extra" a GUC check hook hands to its assign hook: from 16 on, GUC
+ * frees it with guc_free (its own memory context), before with free().
+ */
+static inline void *
+idem_guc_extra_alloc(size_t size)
+{
+#if PG_VERSION_NUM >= 160000
+	return guc_malloc(LOG, size);
+#else
+	return malloc(size);
+#endif
+}
+
+static inline void
+idem_guc_extra_free(void *p)
+{
+#if PG_VERSION_NUM >= 160000
+	guc_free(p);
+#else
+	free(p);
+#endif
+}
+
 /* Infinite intervals exist from 17 on. */
 #if PG_VERSION_NUM >= 170000
 #define IDEM_INTERVAL_IS_INFINITE(i) (INTERVAL_IS_NOBEGIN(i) || INTERVAL_IS_NOEND(i))

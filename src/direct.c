@@ -67,9 +67,10 @@
  *
  *	  Visibility: the new tuple carries the current command id, which is
  *	  marked used, so the next CommandCounterIncrement (the next statement,
- *	  or SPI's next writing statement) makes it visible; the dirty-snapshot
- *	  probe of a later call sees it at once, so a second claim of the same
- *	  key in one statement is a duplicate, as with SPI.
+ *	  or SPI's next writing statement, such as idem_complete's in the same
+ *	  statement) makes it visible; the dirty-snapshot probe of a later call
+ *	  sees it at once, so a second claim of the same key in one statement is
+ *	  a duplicate, as with SPI.
  *
  *	  Memory: everything is allocated in a private executor state, freed
  *	  before returning; the existing record's values that are handed back

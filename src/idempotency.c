@@ -54,7 +54,7 @@ check_default_ttl(char **newval, void **extra, GucSource source)
 	Interval	ttl;
 	Interval	zero;
 
-	parsed = (TtlSetting *) malloc(sizeof(TtlSetting));
+	parsed = (TtlSetting *) idem_guc_extra_alloc(sizeof(TtlSetting));
 	if (parsed == NULL)
 		return false;
 	memset(parsed, 0, sizeof(TtlSetting));
@@ -68,7 +68,7 @@ check_default_ttl(char **newval, void **extra, GucSource source)
 
 	if (!idem_parse_interval(*newval, &ttl))
 	{
-		free(parsed);
+		idem_guc_extra_free(parsed);
 		GUC_check_errdetail("\"%s\" is not a valid interval.", *newval);
 		GUC_check_errhint("Use an interval such as '7 days', or 'infinity'.");
 		return false;
@@ -84,7 +84,7 @@ check_default_ttl(char **newval, void **extra, GucSource source)
 										  IntervalPGetDatum(&ttl),
 										  IntervalPGetDatum(&zero))))
 	{
-		free(parsed);
+		idem_guc_extra_free(parsed);
 		GUC_check_errdetail("The default TTL must be positive.");
 		return false;
 	}

@@ -208,7 +208,7 @@ idem_query_exec(IdemQuery *q, Oid nsp, Datum *values, const char *nulls,
 {
 	SPIPlanPtr	plan = idem_query_plan(q, nsp);
 	MemoryContext cxt = CurrentMemoryContext;
-	int			rc;
+	int			rc = 0;
 
 	PG_TRY();
 	{

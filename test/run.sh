@@ -31,6 +31,14 @@ trap 'exit 130' INT TERM
 
 idem_private_install "$WORK"
 
+# An older major for the pg_upgrade TAP test (test/matrix.sh sets it).
+IDEM_OLD_BINDIR=
+if [ -n "${IDEM_UPGRADE_FROM:-}" ]; then
+    (IDEM_PG_CONFIG=$IDEM_UPGRADE_FROM && idem_private_install "$WORK/old" && echo "$IDEM_BINDIR" >"$WORK/old.bindir") \
+        || idem_die "could not build for $IDEM_UPGRADE_FROM"
+    IDEM_OLD_BINDIR=$(cat "$WORK/old.bindir")
+fi
+
 # Stage what the postgres OS user must read (the checkout may be private).
 mkdir -p "$WORK/src"
 cp -a "$IDEM_TOP/test" "$IDEM_TOP/expected" "$WORK/src/"
@@ -56,8 +64,9 @@ record() { # suite pass fail
 # "ok" or "FAILED"; count them.
 count_results() { # logfile -> "pass fail"
     local ok bad
-    ok=$(grep -cE ' \.\.\. +ok( |$)' "$1")
-    bad=$(grep -cE ' \.\.\. +FAILED' "$1")
+    # "test name ... ok" (15), "ok 1 - name" (16 on: TAP)
+    ok=$(grep -cE ' \.\.\. +ok( |$)|^ok [0-9]+ ' "$1")
+    bad=$(grep -cE ' \.\.\. +FAILED|^not ok [0-9]+ ' "$1")
     echo "$ok $bad"
 }
 
@@ -115,7 +124,7 @@ for suite in "${suites[@]}"; do
         (cd "$WORK/src" && idem_as_pg env \
             PERL5LIB="$IDEM_PGXS_DIR/src/test/perl:$WORK/src/test/t" \
             PG_REGRESS="$IDEM_PGXS_DIR/src/test/regress/pg_regress" \
-            TESTDIR="$WORK/tap" IDEM_TOP="$WORK/src" \
+            TESTDIR="$WORK/tap" IDEM_TOP="$WORK/src" IDEM_OLD_BINDIR="$IDEM_OLD_BINDIR" \
             timeout --kill-after=10 "$IDEM_SUITE_TIMEOUT" \
             prove ${PROVE_FLAGS:-} ${TAP_TESTS:-test/t/*.pl}) 2>&1 | tee "$log"
         rc=${PIPESTATUS[0]}

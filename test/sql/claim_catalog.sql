@@ -80,8 +80,8 @@ WHERE d.refclassid = 'pg_catalog.pg_extension'::regclass
         (SELECT proname FROM pg_catalog.pg_proc WHERE oid = d.objid)
       WHEN 'pg_catalog.pg_class'::regclass THEN
         (SELECT relname FROM pg_catalog.pg_class WHERE oid = d.objid)
-      WHEN 'pg_catalog.pg_type'::regclass THEN
-        (SELECT typname FROM pg_catalog.pg_type WHERE oid = d.objid)
+      WHEN 'pg_catalog.pg_type'::regclass THEN  -- an array type (a member from 19 on) is named _elem
+        (SELECT pg_catalog.ltrim(typname, '_') FROM pg_catalog.pg_type WHERE oid = d.objid)
       ELSE 'idem_'
     END LIKE 'idem\_%');
 

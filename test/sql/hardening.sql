@@ -183,6 +183,16 @@ RESET ROLE;
 SELECT idem_revoke('regress_hard_nobody');
 SELECT has_table_privilege('regress_hard_nobody', 'idem_records', 'SELECT') AS can_read;
 
+-- A claim is seen by a writing function that follows it in the same
+-- statement, on both paths.  (idem_lookup is STABLE: it sees the
+-- statement's snapshot, so only the next statement sees the claim.)
+SET idempotency.direct_claim = on;
+SELECT idem_claim('vis', 'direct') AS claimed, idem_complete('vis', 'direct', '1')::text AS completed;
+SET idempotency.direct_claim = off;
+SELECT idem_claim('vis', 'spi') AS claimed, idem_complete('vis', 'spi', '1')::text AS completed;
+RESET idempotency.direct_claim;
+SELECT key, status FROM idem_records WHERE scope = 'vis' ORDER BY key;
+
 -- Cleanup
 SELECT idem_revoke('regress_hard_tenant');
 REVOKE USAGE ON SCHEMA public FROM regress_hard_tenant, regress_hard_nobody;

@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# `make test-matrix`: the test suites on every supported PostgreSQL major
+# (15 to 19), then one table of version by suite with passed and failed
+# counts, and a last line "N passed, N failed" over all of them.
+#
+#   MATRIX_FULL="15 16 17 18 19"   majors that run every suite (default: all)
+#   MATRIX_QUICK=""                majors that run build + regress +
+#                                  isolation + the extension-upgrade TAP test
+#   MATRIX_UPGRADE="17:19"         OLD:NEW: the pg_upgrade TAP test runs in
+#                                  NEW's tap suite, from a cluster of OLD
+#                                  (empty: not run)
+#   IDEM_PG_CACHE=DIR              where source builds live, as DIR/pgNN
+#                                  (default /var/cache/idempotency as root,
+#                                  else ~/.cache/idempotency)
+#   IDEM_PG_SOURCES=DIR            source snapshots and build.sh to build a
+#                                  missing major (default: ../shared/postgresql
+#                                  beside the checkout, when it exists)
+#   PG_CONFIG_NN=PATH              use this pg_config for major NN instead
+#
+# PostgreSQL 15 is Debian 12's (installed when missing, as root).  A major
+# that is neither in the cache nor buildable is reported as missing, and
+# the run fails.  Each major's run is `bash test/run.sh` with PG_CONFIG set,
+# so it builds into a private installation and writes nothing else.
+set -u
+. "$(dirname "$0")/harness.sh"
+
+MATRIX_FULL=${MATRIX_FULL-15 16 17 18 19}
+MATRIX_QUICK=${MATRIX_QUICK-}
+MATRIX_UPGRADE=${MATRIX_UPGRADE-17:19}
+if [ "$(id -u)" -eq 0 ]; then
+    IDEM_PG_CACHE=${IDEM_PG_CACHE:-/var/cache/idempotency}
+else
+    IDEM_PG_CACHE=${IDEM_PG_CACHE:-$HOME/.cache/idempotency}
+fi
+if [ -z "${IDEM_PG_SOURCES:-}" ] && [ -x "$IDEM_TOP/../shared/postgresql/build.sh" ]; then
+    IDEM_PG_SOURCES=$(cd "$IDEM_TOP/../shared/postgresql" && pwd)
+fi
+IDEM_PG_SOURCES=${IDEM_PG_SOURCES:-}
+
+# The pg_config of major v, building it first when it can; empty if not.
+pg_config_of() { # v
+    local v=$1 var="PG_CONFIG_$1" pgc
+    if [ -n "${!var:-}" ]; then echo "${!var}"; return; fi
+    if [ "$v" = 15 ]; then
+        idem_install_packages postgresql-15 postgresql-server-dev-15 >&2
+        echo /usr/lib/postgresql/15/bin/pg_config
+        return
+    fi
+    pgc=$IDEM_PG_CACHE/pg$v/bin/pg_config
+    if [ ! -x "$pgc" ] && [ -n "$IDEM_PG_SOURCES" ] && [ -f "$IDEM_PG_SOURCES/postgresql-$v.tar.xz" ]; then
+        idem_install_packages build-essential flex bison libreadline-dev zlib1g-dev pkg-config libipc-run-perl >&2
+        mkdir -p "$IDEM_PG_CACHE"
+        idem_log "building PostgreSQL $v into $IDEM_PG_CACHE/pg$v (5-6 minutes)"
+        bash "$IDEM_PG_SOURCES/build.sh" "$v" "$IDEM_PG_CACHE/pg$v" >&2 || rm -rf "$IDEM_PG_CACHE/pg$v"
+    fi
+    [ -x "$pgc" ] && echo "$pgc"
+}
+
+upgrade_old=${MATRIX_UPGRADE%%:*}
+upgrade_new=${MATRIX_UPGRADE##*:}
+rows=()
+total_p=0
+total_f=0
+T0=$(date +%s)
+
+run_major() { # v kind
+    local v=$1 kind=$2 pgc log line suites=() extra=() t0
+    pgc=$(pg_config_of "$v")
+    if [ -z "$pgc" ]; then
+        rows+=("$(printf '%-4s %-6s %s' "$v" "$kind" "missing: no pg_config (set PG_CONFIG_$v, or IDEM_PG_SOURCES to the source snapshots)")")
+        total_f=$((total_f + 1))
+        return
+    fi
+    if [ "$kind" = quick ]; then
+        suites=(regress isolation tap)
+        extra=(TAP_TESTS=test/t/009_upgrade.pl)
+    fi
+    if [ "$kind" = full ] && [ -n "$MATRIX_UPGRADE" ] && [ "$v" = "$upgrade_new" ]; then
+        local oldpgc
+        oldpgc=$(pg_config_of "$upgrade_old")
+        [ -n "$oldpgc" ] && extra+=(IDEM_UPGRADE_FROM="$oldpgc")
+    fi
+    log=$(mktemp "${TMPDIR:-/tmp}/idem-matrix-$v.XXXXXX")
+    t0=$(date +%s)
+    idem_log "PostgreSQL $v: ${suites[*]:-every suite}"
+    env PG_CONFIG="$pgc" "${extra[@]}" bash "$IDEM_TOP/test/run.sh" "${suites[@]}" 2>&1 | tee "$log"
+    line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$log" | tail -n 1)
+    [ -n "$line" ] || line="0 passed, 1 failed"
+    total_p=$((total_p + ${line%% passed*}))
+    total_f=$((total_f + $(sed -E 's/.* ([0-9]+) failed/\1/' <<<"$line")))
+    rows+=("$(printf '%-4s %-6s %-22s %s' "$v" "$kind" "$line" \
+        "$(sed -nE 's/^   ([a-z]+) +([0-9]+) passed, +([0-9]+) failed$/\1 \2\/\3/p' "$log" | tr '\n' ' ')") ($(( $(date +%s) - t0 )) s)")
+    rm -f "$log"
+}
+
+for v in $MATRIX_FULL; do run_major "$v" full; done
+for v in $MATRIX_QUICK; do run_major "$v" quick; done
+
+echo
+echo "== matrix (suite passed/failed), $(( $(date +%s) - T0 )) s"
+printf '%-4s %-6s %-22s %s\n' PG runs total suites
+for r in "${rows[@]}"; do echo "$r"; done
+echo
+echo "$total_p passed, $total_f failed"
+[ "$total_f" -eq 0 ]

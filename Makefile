@@ -84,6 +84,8 @@ sanitize:
 DEB_DIR = build/deb
 DEB_SRC = $(DEB_DIR)/src/idempotency-$(EXTVERSION)
 deb:
+	@for t in dpkg-buildpackage dh pg_buildext; do command -v $$t >/dev/null || { \
+		echo "make deb needs $$t: apt-get install -y build-essential dpkg-dev debhelper postgresql-server-dev-all" >&2; exit 1; }; done
 	@v=$$(dpkg-parsechangelog -l debian/changelog -S Version) || exit 1; \
 	if [ "$${v%-*}" != "$(EXTVERSION)" ]; then \
 		echo "debian/changelog is at $$v but idempotency.control at $(EXTVERSION): add a debian/changelog entry $(EXTVERSION)-1 (dch -v $(EXTVERSION)-1)" >&2; exit 1; fi

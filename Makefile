@@ -76,11 +76,7 @@ soak:
 sanitize:
 	@PG_CONFIG=$(PG_CONFIG) bash test/sanitize.sh
 
-# `make deb`: Debian packages postgresql-NN-idempotency_*.deb (pg_buildext,
-# one per installed postgresql-server-dev-NN, NN in debian/pgversions) into
-# build/deb/, built from a copy of the checkout that is then removed, so the
-# tree is left as it was.  Needs debhelper, postgresql-server-dev-all,
-# dpkg-dev, build-essential (test/deb.sh installs them and tests the package).
+# `make deb`: build/deb/postgresql-NN-idempotency_*.deb via dpkg-buildpackage in a throwaway copy (tested by test/deb.sh).
 DEB_DIR = build/deb
 DEB_SRC = $(DEB_DIR)/src/idempotency-$(EXTVERSION)
 deb:

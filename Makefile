@@ -36,7 +36,7 @@ PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initi
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs 2>/dev/null)
 
-.PHONY: demo test test-matrix lint bench soak sanitize
+.PHONY: demo test test-matrix lint bench soak sanitize deb
 
 # `make` with no target builds the extension when PGXS is available.
 ifneq ($(wildcard $(PGXS)),)
@@ -79,3 +79,22 @@ soak:
 
 sanitize:
 	@PG_CONFIG=$(PG_CONFIG) bash test/sanitize.sh
+
+# `make deb`: build/deb/postgresql-NN-idempotency_*.deb via dpkg-buildpackage in a throwaway copy (tested by test/deb.sh).
+DEB_DIR = build/deb
+DEB_SRC = $(DEB_DIR)/src/idempotency-$(EXTVERSION)
+deb:
+	@for t in dpkg-buildpackage dh pg_buildext; do command -v $$t >/dev/null || { \
+		echo "make deb needs $$t: apt-get install -y build-essential dpkg-dev debhelper postgresql-server-dev-all" >&2; exit 1; }; done
+	@v=$$(dpkg-parsechangelog -l debian/changelog -S Version) || exit 1; \
+	if [ "$${v%-*}" != "$(EXTVERSION)" ]; then \
+		echo "debian/changelog is at $$v but idempotency.control at $(EXTVERSION): add a debian/changelog entry $(EXTVERSION)-1 (dch -v $(EXTVERSION)-1)" >&2; exit 1; fi
+	rm -rf $(DEB_DIR) && mkdir -p $(DEB_SRC)
+	tar --exclude=./.git --exclude=./build --exclude=./results --exclude=./tmp_check --exclude=./output_iso \
+		--exclude=./log --exclude=node_modules --exclude='*.o' --exclude='*.bc' --exclude='*.so' -cf - . \
+		| tar -C $(DEB_SRC) -xf -
+	cd $(DEB_SRC) && export PG_SUPPORTED_VERSIONS=$${PG_SUPPORTED_VERSIONS:-installed} && \
+		pg_buildext updatecontrol && dpkg-buildpackage -us -uc -b
+	mv $(DEB_DIR)/src/*.deb $(DEB_DIR)/src/*.buildinfo $(DEB_DIR)/src/*.changes $(DEB_DIR)/
+	rm -rf $(DEB_DIR)/src
+	@ls -1 $(DEB_DIR)/*.deb

@@ -439,7 +439,8 @@ open_records(Oid nsp)
 
 /*
  * The columns a claim writes or reads, as the executor's permission check
- * takes them (offset by FirstLowInvalidHeapAttributeNumber).
+ * takes them (offset by FirstLowInvalidHeapAttributeNumber); built once,
+ * in TopMemoryContext.
  */
 static Bitmapset *
 record_access_cols(void)
@@ -448,11 +449,19 @@ record_access_cols(void)
 		COL_SCOPE, COL_KEY, COL_STATUS, COL_FINGERPRINT, COL_CREATED_AT,
 		COL_UPDATED_AT, COL_EXPIRES_AT, COL_LOCKED_UNTIL, COL_ATTEMPTS
 	};
-	Bitmapset  *b = NULL;
-	int			i;
+	static Bitmapset *b = NULL;
 
-	for (i = 0; i < (int) lengthof(cols); i++)
-		b = bms_add_member(b, cols[i] - FirstLowInvalidHeapAttributeNumber);
+	if (b == NULL)
+	{
+		MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+		Bitmapset  *made = NULL;
+		int			i;
+
+		for (i = 0; i < (int) lengthof(cols); i++)
+			made = bms_add_member(made, cols[i] - FirstLowInvalidHeapAttributeNumber);
+		MemoryContextSwitchTo(old);
+		b = made;
+	}
 	return b;
 }
 

@@ -61,6 +61,7 @@ upgrade_new=${MATRIX_UPGRADE##*:}
 rows=()
 total_p=0
 total_f=0
+total_s=0
 T0=$(date +%s)
 
 run_major() { # v kind
@@ -84,11 +85,12 @@ run_major() { # v kind
     t0=$(date +%s)
     idem_log "PostgreSQL $v: ${suites[*]:-every suite}"
     env PG_CONFIG="$pgc" "${extra[@]}" bash "$IDEM_TOP/test/run.sh" "${suites[@]}" 2>&1 | tee "$log"
-    line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$log" | tail -n 1)
+    line=$(grep -E '^[0-9]+ passed, [0-9]+ failed(, [0-9]+ skipped)?$' "$log" | tail -n 1)
     [ -n "$line" ] || line="0 passed, 1 failed"
     total_p=$((total_p + ${line%% passed*}))
-    total_f=$((total_f + $(sed -E 's/.* ([0-9]+) failed/\1/' <<<"$line")))
-    rows+=("$(printf '%-4s %-6s %-22s %s' "$v" "$kind" "$line" \
+    total_f=$((total_f + $(sed -E 's/^[0-9]+ passed, ([0-9]+) failed.*/\1/' <<<"$line")))
+    case $line in *skipped) total_s=$((total_s + $(sed -E 's/.* ([0-9]+) skipped$/\1/' <<<"$line")));; esac
+    rows+=("$(printf '%-4s %-6s %-34s %s' "$v" "$kind" "$line" \
         "$(sed -nE 's/^   ([a-z]+) +([0-9]+) passed, +([0-9]+) failed$/\1 \2\/\3/p' "$log" | tr '\n' ' ')") ($(( $(date +%s) - t0 )) s)")
     rm -f "$log"
 }
@@ -98,8 +100,12 @@ for v in $MATRIX_QUICK; do run_major "$v" quick; done
 
 echo
 echo "== matrix (suite passed/failed), $(( $(date +%s) - T0 )) s"
-printf '%-4s %-6s %-22s %s\n' PG runs total suites
+printf '%-4s %-6s %-34s %s\n' PG runs total suites
 for r in "${rows[@]}"; do echo "$r"; done
 echo
-echo "$total_p passed, $total_f failed"
+if [ "$total_s" -gt 0 ]; then
+    echo "$total_p passed, $total_f failed, $total_s skipped"
+else
+    echo "$total_p passed, $total_f failed"
+fi
 [ "$total_f" -eq 0 ]

@@ -55,9 +55,15 @@ summary=()
 failures=()   # "suite: name" of every failed test, repeated at the end
 digest="$WORK/failures.digest"   # short excerpts, printed after the summary
 
-record() { # suite pass fail
-    passed=$((passed + $2)); failed=$((failed + $3))
-    summary+=("$(printf '%-10s %3d passed, %3d failed' "$1" "$2" "$3")")
+skipped=0
+skips=()      # "suite: name: reason" of every skipped test, listed at the end
+record() { # suite pass fail [skipped]
+    passed=$((passed + $2)); failed=$((failed + $3)); skipped=$((skipped + ${4:-0}))
+    if [ "${4:-0}" -gt 0 ]; then
+        summary+=("$(printf '%-10s %3d passed, %3d failed, %d skipped' "$1" "$2" "$3" "$4")")
+    else
+        summary+=("$(printf '%-10s %3d passed, %3d failed' "$1" "$2" "$3")")
+    fi
 }
 
 # pg_regress and pg_isolation_regress print one line per test ending in
@@ -130,11 +136,14 @@ for suite in "${suites[@]}"; do
         rc=${PIPESTATUS[0]}
         [ "$rc" -ne 124 ] && [ "$rc" -ne 137 ] || failures+=("tap: timed out after $IDEM_SUITE_TIMEOUT s (see its last test above)")
         files=$(grep -cE '^test/t/\S+\.pl \.+ ' "$log")
-        bad=$(grep -cE '^test/t/\S+\.pl \.+ .*(Dubious|Failed|skipped: )' "$log")
+        bad=$(grep -cE '^test/t/\S+\.pl \.+ .*(Dubious|Failed)' "$log")
+        skip=$(grep -cE '^test/t/\S+\.pl \.+ skipped: ' "$log")
         grep -q '^Result: PASS' "$log" || [ "$bad" -gt 0 ] || bad=1
-        record tap $((files - bad)) "$bad"
+        record tap $((files - bad - skip)) "$bad" "$skip"
+        while read -r line; do skips+=("tap: $line"); done \
+            < <(sed -nE 's/^(test\/t\/\S+\.pl) \.+ skipped: (.*)/\1: \2/p' "$log")
         while read -r name; do failures+=("tap: $name"); done \
-            < <(grep -oE '^test/t/\S+\.pl \.+ .*(Dubious|Failed|skipped: )' "$log" | awk '{ print $1 }')
+            < <(grep -oE '^test/t/\S+\.pl \.+ .*(Dubious|Failed)' "$log" | awk '{ print $1 }')
         if [ "$rc" -ne 0 ]; then
             for f in "$WORK"/tap/tmp_check/log/regress_log_*; do
                 [ -f "$f" ] || continue
@@ -176,6 +185,11 @@ if [ ${#failures[@]} -gt 0 ] || [ -s "$digest" ]; then
 fi
 echo "== summary"
 for line in "${summary[@]}"; do echo "   $line"; done
+for line in "${skips[@]}"; do echo "   skipped $line"; done
 echo
-echo "$passed passed, $failed failed"
+if [ "$skipped" -gt 0 ]; then
+    echo "$passed passed, $failed failed, $skipped skipped"
+else
+    echo "$passed passed, $failed failed"
+fi
 [ "$failed" -eq 0 ]

@@ -5,6 +5,8 @@
 #   isolation  isolation specs in test/specs, outputs in expected/
 #   tap        TAP tests in test/t (each starts its own clusters)
 #   examples   the client examples in examples/ and the META.json check
+#   docs       every SQL block of README.md and docs/*.md, and their links
+#              (test/doctest.sh)
 #   lint       cppcheck and clang-tidy on src/ (test/lint.sh)
 # Prints a summary and exits non-zero when anything failed.
 #
@@ -165,6 +167,17 @@ for suite in "${suites[@]}"; do
         while read -r name; do failures+=("examples: $name"); done \
             < <(sed -nE 's/^[a-z]+ +(\S+) +\.\.\. +FAILED.*/\1/p' "$WORK/examples.log")
         { grep -A12 -E '^[a-z]+ +\S+ +\.\.\. +FAILED' "$WORK/examples.log" | head -n 40; } >>"$digest"
+        ;;
+    docs)
+        idem_log "suite docs"
+        IDEM_DOCTEST_INSTALLED=1 bash "$IDEM_TOP/test/doctest.sh" 2>&1 | tee "$WORK/docs.log"
+        rc=${PIPESTATUS[0]}
+        read -r p f < <(count_results "$WORK/docs.log")
+        if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
+        record docs "$p" "$f"
+        while read -r name; do failures+=("docs: $name"); done \
+            < <(sed -nE 's/^docs +(\S+) +\.\.\. +FAILED.*/\1/p' "$WORK/docs.log")
+        { grep -A20 -E '^docs +\S+ +\.\.\. +FAILED' "$WORK/docs.log" | head -n 60; } >>"$digest"
         ;;
     lint)
         idem_log "suite lint"

@@ -1,0 +1,331 @@
+#!/usr/bin/env bash
+# Doc tests: every ```sql block of README.md and docs/*.md runs, and every
+# in-repo link and #anchor of those pages resolves.
+#
+# Conventions (the same for every page):
+#
+#   ```sql            a block that runs.  The blocks of one page run in
+#   ...               order in one psql session (psql as a user would run
+#   ```               it: command tags printed), in a fresh cluster and a
+#                     fresh database of their own, as the superuser
+#                     postgres.  A block that shows no output must not
+#                     raise an error or a warning.
+#
+#   ```text           right after a ```sql block (only blank lines between):
+#   ...               the exact output psql prints for that block, compared
+#   ```               line by line (trailing blanks and psql's
+#                     "psql:<stdin>:N: " prefix of messages ignored).
+#
+#   <!-- doctest: skip -->     on the line before a ```sql block: the block
+#                              is not run (driver code, a fragment).  Rare.
+#   <!-- doctest: preload -->  anywhere in a page: its cluster runs with
+#                              shared_preload_libraries = 'idempotency'.
+#   <!-- doctest: setup        hidden SQL, run at that point of the page
+#   ...                        (output not compared, errors fail).
+#   -->
+#
+# Other fenced blocks (```sh, ```python, ```text not after a sql block, ...)
+# are not run.  Links: [text](path), [text](path#anchor) and [text](#anchor)
+# outside code must name a file or directory of the checkout and, for a .md
+# file, a heading of it (GitHub's anchors: lower case, punctuation dropped,
+# spaces to '-', a repeated heading gets -1, -2, ...).
+#
+# Prints one line per page, "docs <page> ... ok" or "docs <page> ... FAILED"
+# followed by what differs, then a count of the blocks, and exits non-zero
+# when a page failed.
+#
+# Usage: bash test/doctest.sh [page.md ...]   (default: README.md docs/*.md)
+# Run by `bash test/run.sh docs` (suite docs of make test), which provides
+# the private installation; run alone, it builds one itself.
+set -u
+. "$(dirname "$0")/harness.sh"
+
+cd "$IDEM_TOP" || exit 1
+pages=("$@")
+if [ ${#pages[@]} -eq 0 ]; then
+    pages=(README.md)
+    for p in docs/*.md; do [ -f "$p" ] && pages+=("$p"); done
+fi
+
+own_work=0
+if [ "${IDEM_DOCTEST_INSTALLED:-0}" != 1 ]; then
+    idem_setup
+    DT_WORK=$(idem_workdir)
+    own_work=1
+    idem_private_install "$DT_WORK"
+else
+    DT_WORK=$(idem_workdir)
+fi
+cleanup() {
+    idem_cluster_stop
+    if [ "${KEEP_WORK:-0}" = 1 ]; then
+        echo "doctest work directory kept: $DT_WORK" >&2
+    else
+        rm -rf "$DT_WORK"
+    fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+[ "$own_work" = 1 ] || [ -n "${IDEM_BINDIR:-}" ] || idem_die "IDEM_BINDIR is not set"
+
+# --- extraction ------------------------------------------------------------
+# extract PAGE OUTDIR: writes OUTDIR/NNN.sql (a block to run), NNN.kind
+# ("sql LINE" or "setup LINE"), NNN.expected (its shown output, if any),
+# OUTDIR/preload when the page asks for it, OUTDIR/skipped (one line per
+# skipped block) and OUTDIR/errors (malformed markers).
+extract() {
+    awk -v out="$2" '
+    function fname(n, ext) { return sprintf("%s/%03d.%s", out, n, ext) }
+    function err(msg) { print FILENAME ":" FNR ": " msg > (out "/errors") }
+    BEGIN { n = 0; infence = 0; skip = 0; insetup = 0; last = 0; blank_since = 0 }
+    {
+        line = $0
+        if (insetup) {
+            if (line ~ /-->/) { insetup = 0; close(cur); next }
+            print line > cur; next
+        }
+        if (infence) {
+            if (line ~ /^[ \t]*```[ \t]*$/) {
+                infence = 0
+                if (cur != "") close(cur)
+                if (mode == "sql") { last = n; blank_since = 1 } else { last = 0 }
+                cur = ""; next
+            }
+            if (cur != "") print line > cur
+            next
+        }
+        if (line ~ /^[ \t]*```/) {
+            lang = line; sub(/^[ \t]*```[ \t]*/, "", lang); sub(/[ \t].*$/, "", lang)
+            infence = 1; cur = ""; mode = "other"
+            if (lang == "sql") {
+                if (skip) { print FNR > (out "/skipped"); skip = 0; mode = "skipped" }
+                else {
+                    n++; mode = "sql"; cur = fname(n, "sql")
+                    printf "" > cur
+                    print "sql " FNR > fname(n, "kind"); close(fname(n, "kind"))
+                }
+            } else {
+                if (skip) { err("doctest: skip before a block that is not ```sql"); skip = 0 }
+                if ((lang == "text" || lang == "output") && last > 0 && blank_since) {
+                    mode = "expected"; cur = fname(last, "expected"); printf "" > cur
+                }
+            }
+            last = 0
+            next
+        }
+        if (line ~ /^[ \t]*$/) next
+        last = 0
+        if (line ~ /^<!-- *doctest: *skip *-->[ \t]*$/) { skip = 1; next }
+        if (skip) { err("doctest: skip not followed by a ```sql block"); skip = 0 }
+        if (line ~ /^<!-- *doctest: *preload *-->[ \t]*$/) { printf "" > (out "/preload"); next }
+        if (line ~ /^<!-- *doctest: *setup/) {
+            n++; cur = fname(n, "sql"); printf "" > cur
+            print "setup " FNR > fname(n, "kind"); close(fname(n, "kind"))
+            rest = line; sub(/^<!-- *doctest: *setup[ \t]*/, "", rest)
+            if (rest ~ /-->/) { sub(/-->.*/, "", rest); print rest > cur; close(cur); next }
+            if (rest != "") print rest > cur
+            insetup = 1; next
+        }
+        if (line ~ /doctest:/) err("unknown doctest marker: " line)
+    }
+    END {
+        if (infence) err("unterminated code block")
+        if (insetup) err("unterminated doctest: setup comment")
+        if (skip) err("doctest: skip at the end of the page")
+    }' "$1"
+}
+
+# --- links -------------------------------------------------------------------
+# anchors FILE: the GitHub anchors of FILE's headings (and explicit id/name
+# attributes), one per line.
+anchors() {
+    awk '
+    /^[ \t]*```/ { infence = !infence; next }
+    infence { next }
+    /^#+[ \t]/ {
+        h = $0
+        sub(/^#+[ \t]+/, "", h); sub(/[ \t]+#+[ \t]*$/, "", h); sub(/[ \t]+$/, "", h)
+        # links in headings keep their text
+        while (match(h, /\[[^]]*\]\([^)]*\)/)) {
+            t = substr(h, RSTART + 1, RLENGTH - 2); sub(/\]\(.*$/, "", t)
+            h = substr(h, 1, RSTART - 1) t substr(h, RSTART + RLENGTH)
+        }
+        h = tolower(h)
+        a = ""
+        for (i = 1; i <= length(h); i++) {
+            c = substr(h, i, 1)
+            if (c ~ /[a-z0-9_-]/) a = a c
+            else if (c == " ") a = a "-"
+            else if (c > "\177") a = a c        # non-ASCII letters are kept
+        }
+        if (a in seen) print a "-" seen[a]++; else { seen[a] = 1; print a }
+        next
+    }
+    {
+        s = $0
+        while (match(s, /(id|name)="[^"]+"/)) {
+            v = substr(s, RSTART, RLENGTH); sub(/^[a-z]+="/, "", v); sub(/"$/, "", v)
+            print v; s = substr(s, RSTART + RLENGTH)
+        }
+    }' "$1"
+}
+
+# links FILE: "LINE TARGET" for every inline link outside code.
+links() {
+    awk '
+    /^[ \t]*```/ { infence = !infence; next }
+    infence { next }
+    {
+        s = $0
+        gsub(/`[^`]*`/, "", s)            # inline code is not a link
+        while (match(s, /\]\([^) \t]+\)/)) {
+            t = substr(s, RSTART + 2, RLENGTH - 3)
+            print FNR " " t
+            s = substr(s, RSTART + RLENGTH)
+        }
+    }' "$1"
+}
+
+# check_links PAGE: prints one line per broken link.
+check_links() {
+    local page=$1 dir lineno target path anchor file
+    dir=$(dirname "$page")
+    while read -r lineno target; do
+        case "$target" in
+        http://*|https://*|mailto:*) continue ;;
+        esac
+        path=${target%%#*}
+        anchor=""
+        [ "$path" = "$target" ] || anchor=${target#*#}
+        if [ -z "$path" ]; then
+            file=$page
+        else
+            file=$dir/$path
+            if [ ! -e "$file" ]; then
+                echo "$page:$lineno: link to $target: no such file or directory"
+                continue
+            fi
+        fi
+        if [ -n "$anchor" ]; then
+            case "$file" in
+            *.md)
+                if ! anchors "$file" | grep -qxF -- "$anchor"; then
+                    echo "$page:$lineno: link to $target: no heading with anchor #$anchor in $file"
+                fi
+                ;;
+            esac
+        fi
+    done < <(links "$page")
+}
+
+# --- running -------------------------------------------------------------------
+# normalise: psql's "psql:<stdin>:N: " prefix off, trailing blanks off,
+# leading and trailing blank lines off.
+normalise() {
+    sed -E 's/^psql:<stdin>:[0-9]+: //; s/[[:space:]]+$//' | awk '
+        NF { for (i = 0; i < blanks; i++) print ""; blanks = 0; started = 1; print; next }
+        started { blanks++ }'
+}
+
+# What psql prints for an error or warning (a server message, or one of
+# psql's own: a bad meta-command, \gset without exactly one row).
+error_re='^(ERROR|WARNING|FATAL|PANIC):|^invalid command |^unterminated |^no rows returned for |^more than one row returned for |^psql: |^\\[a-z]+: '
+
+total_run=0
+total_setup=0
+total_shown=0
+total_skipped=0
+failed_pages=0
+
+run_page() { # page
+    local page=$1 name dir script out problems kind line n f lines
+    name=$(echo "$page" | tr '/.' '__')
+    dir=$DT_WORK/$name
+    idem_as_pg mkdir -p "$dir"
+    problems=$dir/problems
+    : >"$problems"
+    extract "$page" "$dir"
+    [ -s "$dir/errors" ] && cat "$dir/errors" >>"$problems"
+    check_links "$page" >>"$problems"
+
+    local blocks=() shown=0 skipped=0 setups=0
+    for f in "$dir"/[0-9][0-9][0-9].sql; do
+        [ -e "$f" ] || continue
+        blocks+=("$(basename "$f" .sql)")
+        grep -q '^setup' "${f%.sql}.kind" && setups=$((setups + 1))
+    done
+    [ -f "$dir/skipped" ] && skipped=$(wc -l <"$dir/skipped")
+
+    if [ ${#blocks[@]} -gt 0 ]; then
+        script=$dir/script.sql
+        {
+            echo '\set QUIET off'
+            for n in "${blocks[@]}"; do
+                echo "\\echo '@@doctest-block $n@@'"
+                cat "$dir/$n.sql"
+            done
+            echo "\\echo '@@doctest-block end@@'"
+        } >"$script"
+        local conf=()
+        [ -f "$dir/preload" ] && conf=("shared_preload_libraries = 'idempotency'")
+        idem_cluster_start "$dir/cluster" "${conf[@]}"
+        idem_psql -d postgres -c 'CREATE DATABASE doctest' >/dev/null 2>&1 \
+            || echo "could not create the database" >>"$problems"
+        idem_psql -d doctest -v ON_ERROR_STOP=0 <"$script" >"$dir/output" 2>&1
+        idem_cluster_stop
+        # split the output at the markers
+        awk -v d="$dir" '
+            /^@@doctest-block [0-9]+@@$/ { if (cur) close(cur); n = $2; sub(/@@$/, "", n); cur = d "/" n ".out"; printf "" > cur; next }
+            /^@@doctest-block end@@$/ { if (cur) close(cur); cur = ""; done = 1; next }
+            cur { print > cur }
+            !cur && !done && NF { print > (d "/preamble.out") }
+        ' "$dir/output"
+        grep -q '^@@doctest-block end@@$' "$dir/output" \
+            || echo "the psql session ended early:"$'\n'"$(tail -n 20 "$dir/output")" >>"$problems"
+        for n in "${blocks[@]}"; do
+            read -r kind line <"$dir/$n.kind"
+            [ -f "$dir/$n.out" ] || : >"$dir/$n.out"
+            normalise <"$dir/$n.out" >"$dir/$n.got"
+            if [ -f "$dir/$n.expected" ]; then
+                shown=$((shown + 1))
+                normalise <"$dir/$n.expected" >"$dir/$n.want"
+                if ! cmp -s "$dir/$n.want" "$dir/$n.got"; then
+                    {
+                        echo "$page:$line: the output differs from the one shown (--- shown, +++ psql):"
+                        diff -u --label shown --label psql "$dir/$n.want" "$dir/$n.got" | tail -n +3
+                    } >>"$problems"
+                fi
+            else
+                # No output shown: an error or warning is a failure.
+                lines=$(normalise <"$dir/$n.out" | grep -E "$error_re")
+                if [ -n "$lines" ]; then
+                    {
+                        echo "$page:$line: the $kind block failed:"
+                        sed -E 's/^/    /' "$dir/$n.out"
+                    } >>"$problems"
+                fi
+            fi
+        done
+    fi
+
+    total_run=$((total_run + ${#blocks[@]} - setups))
+    total_setup=$((total_setup + setups))
+    total_shown=$((total_shown + shown))
+    total_skipped=$((total_skipped + skipped))
+    if [ -s "$problems" ]; then
+        printf 'docs %-28s ... FAILED\n' "$page"
+        sed 's/^/    /' "$problems"
+        failed_pages=$((failed_pages + 1))
+    else
+        printf 'docs %-28s ... ok   (%d sql blocks run, %d outputs compared, %d skipped, %d hidden setup)\n' \
+            "$page" "$((${#blocks[@]} - setups))" "$shown" "$skipped" "$setups"
+    fi
+}
+
+for page in "${pages[@]}"; do
+    [ -f "$page" ] || { printf 'docs %-28s ... FAILED\n    no such page\n' "$page"; failed_pages=$((failed_pages + 1)); continue; }
+    run_page "$page"
+done
+
+echo "docs: $total_run sql blocks run ($total_shown with their output compared), $total_skipped marked skip, $total_setup hidden setup blocks, in ${#pages[@]} pages"
+[ "$failed_pages" -eq 0 ]

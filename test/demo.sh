@@ -18,7 +18,7 @@ idem_cluster_start "$WORK/cluster"
 idem_psql -d postgres -c "CREATE DATABASE shop" >/dev/null
 psql_shop() { idem_psql -d shop "$@"; }
 
-psql_shop >/dev/null <<'SQL' || idem_die "could not set up the demo database"
+SETUP_SQL=$(cat <<'SQL'
 CREATE EXTENSION idempotency;
 
 CREATE TABLE orders (
@@ -34,7 +34,9 @@ CREATE TABLE ledger (
     at       timestamptz DEFAULT now()
 );
 INSERT INTO orders VALUES (42, 100.00, 'pending_payment'), (43, 100.00, 'pending_payment');
-
+SQL
+)
+NAIVE_SQL=$(cat <<'SQL'
 -- What many applications write: check the status, then act.  Two
 -- deliveries that arrive together both see 'pending_payment'.
 CREATE FUNCTION naive_payment_callback(p_event text, p_order int, p_amount numeric)
@@ -48,7 +50,9 @@ BEGIN
     INSERT INTO ledger VALUES (p_event, p_order, p_amount);
     RETURN 'processed: credited ' || p_amount;
 END $$;
-
+SQL
+)
+GUARDED_SQL=$(cat <<'SQL'
 -- The same handler with one line added: the dedup mark is written in the
 -- handler's own transaction, so it commits or rolls back with the credit.
 CREATE FUNCTION payment_callback(p_event text, p_order int, p_amount numeric)
@@ -64,28 +68,57 @@ BEGIN
     RETURN 'processed: credited ' || p_amount;
 END $$;
 SQL
+)
+printf '%s\n%s\n%s\n' "$SETUP_SQL" "$NAIVE_SQL" "$GUARDED_SQL" | psql_shop >/dev/null \
+    || idem_die "could not set up the demo database"
 
-deliver() { # label function event order
-    local out
-    out=$(psql_shop -tA -c "SELECT $2('$3', $4, 100.00)" 2>&1)
-    printf '   %-34s -> %s\n' "$1" "$out"
+deliver() { # function event order -> what the handler returned
+    psql_shop -tA -c "SELECT $1('$2', $3, 100.00)" 2>&1
 }
 
-story() { # function order title
-    local fn=$1 order=$2
+# show SQL: the handler's source, indented
+show() { printf '%s\n' "$1" | sed 's/^/      | /'; }
+
+# Wait until a delivery of EVENT sits in the handler's pg_sleep (it has
+# read the status, or claimed the event), so that the second concurrent
+# delivery always arrives while the first is working.
+wait_in_handler() { # event
+    local n
+    for _ in $(seq 1 100); do
+        n=$(psql_shop -tA -c "SELECT count(*) FROM pg_stat_activity
+                               WHERE datname = 'shop' AND wait_event = 'PgSleep'
+                                 AND query LIKE '%''$1''%'")
+        [ "$n" -ge 1 ] && return 0
+        sleep 0.05
+    done
+    idem_die "the first delivery of $1 did not start"
+}
+
+plural() { # count word -> "1 entry" / "2 entries"
+    if [ "$1" = 1 ]; then echo "$1 $2"; else echo "$1 $3"; fi
+}
+
+story() { # function order title source
+    local fn=$1 order=$2 out1 out2 out3
     echo
     echo "$3"
+    show "$4"
     echo "   The gateway sends callback evt_$order three times: twice at the same moment, once later."
-    deliver "delivery 1 (concurrent)" "$fn" "evt_$order" "$order" &
+    deliver "$fn" "evt_$order" "$order" >"$WORK/d1" &
     local p1=$!
-    deliver "delivery 2 (concurrent)" "$fn" "evt_$order" "$order" &
+    wait_in_handler "evt_$order"
+    deliver "$fn" "evt_$order" "$order" >"$WORK/d2" &
     local p2=$!
     wait $p1 $p2
-    deliver "delivery 3 (a retry, later)" "$fn" "evt_$order" "$order"
+    out1=$(cat "$WORK/d1"); out2=$(cat "$WORK/d2")
+    out3=$(deliver "$fn" "evt_$order" "$order")
+    printf '   %-40s -> %s\n' "delivery 1 (concurrent, first to arrive)" "$out1" \
+                              "delivery 2 (concurrent, while 1 works)" "$out2" \
+                              "delivery 3 (a retry, later)" "$out3"
     local total credits
     total=$(psql_shop -tA -c "SELECT paid_total FROM orders WHERE id = $order")
     credits=$(psql_shop -tA -c "SELECT count(*) FROM ledger WHERE order_id = $order")
-    echo "   Order $order costs 100.00; the customer was credited $total in $credits ledger entries."
+    echo "   Order $order costs 100.00; the customer was credited $total in $(plural "$credits" "ledger entry" "ledger entries")."
     if [ "$credits" = 1 ]; then
         echo "   => Credited exactly once."
     else
@@ -93,8 +126,8 @@ story() { # function order title
     fi
 }
 
-story naive_payment_callback 43 "1) A hand-written check-then-act handler:"
-story payment_callback 42 "2) The same handler guarded by idem_claim('payment-callback', event_id):"
+story naive_payment_callback 43 "1) A hand-written check-then-act handler:" "$NAIVE_SQL"
+story payment_callback 42 "2) The same handler guarded by idem_claim('payment-callback', event_id):" "$GUARDED_SQL"
 
 echo
 echo "   The record kept for the event (scope, key, status, first claimed):"

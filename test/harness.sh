@@ -48,7 +48,8 @@ idem_install_packages() { # packages...
         echo "  sudo apt-get update && sudo apt-get install -y $missing" >&2
         exit 1
     fi
-    idem_log "installing:$missing"
+    idem_log "running as root: installing these missing Debian packages (apt-get install):"
+    printf '     %s\n' "$missing" >&2
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq >&2 || idem_die "apt-get update failed"
     # shellcheck disable=SC2086

@@ -17,7 +17,22 @@ set -u
 suites=("$@")
 [ ${#suites[@]} -gt 0 ] || suites=(lint regress isolation tap examples)
 
-idem_setup
+# Everything a run installs (as root, when missing) is installed and named
+# at its start, those of test/lint.sh and examples/run.sh too (keep these
+# lists in step with theirs).
+extra_packages=()
+for suite in "${suites[@]}"; do
+    if [ "$suite" = lint ]; then
+        extra_packages+=(cppcheck clang-tidy)          # test/lint.sh
+    fi
+    if [ "$suite" = examples ]; then
+        extra_packages+=(python3 python3-psycopg2 default-jdk-headless libpostgresql-jdbc-java)
+        if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+            extra_packages+=(nodejs npm)
+        fi
+    fi
+done
+idem_setup "${extra_packages[@]}"
 
 WORK=$(idem_workdir)
 cleanup() {

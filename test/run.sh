@@ -15,7 +15,7 @@ set -u
 . "$(dirname "$0")/harness.sh"
 
 suites=("$@")
-[ ${#suites[@]} -gt 0 ] || suites=(lint regress isolation tap examples)
+[ ${#suites[@]} -gt 0 ] || suites=(lint regress isolation tap examples docs)
 
 # Everything a run installs (as root, when missing) is installed and named
 # at its start, those of test/lint.sh and examples/run.sh too (keep these

@@ -30,7 +30,9 @@
 # file, a heading of it (GitHub's anchors: lower case, punctuation dropped,
 # spaces to '-', a repeated heading gets -1, -2, ...).
 #
-# Prints one line per page, "docs <page> ... ok" or "docs <page> ... FAILED"
+# On a full run, first checks itself on a page with four mistakes ("docs
+# (self-test) ... ok").  Prints one line per page, "docs <page> ... ok" or
+# "docs <page> ... FAILED"
 # followed by what differs, then a count of the blocks, and exits non-zero
 # when a page failed.
 #
@@ -321,6 +323,48 @@ run_page() { # page
             "$page" "$((${#blocks[@]} - setups))" "$shown" "$skipped" "$setups"
     fi
 }
+
+# The runner checks itself first (on a full run): a page with a wrong
+# output, an error where none is shown, a missing file and a missing anchor
+# must fail, with each of the four named.
+self_test() {
+    local page=$DT_WORK/self-test.md log=$DT_WORK/self-test.log saved
+    cat >"$page" <<'PAGE'
+# Self test
+
+[missing file](no-such-file.md) and [missing anchor](#no-such-heading).
+
+```sql
+SELECT 1 AS one;
+```
+
+```text
+ one
+-----
+ 2
+(1 row)
+```
+
+```sql
+SELECT 1/0;
+```
+PAGE
+    [ "$(id -u)" -ne 0 ] || chown postgres: "$page"
+    saved="$total_run $total_setup $total_shown $total_skipped $failed_pages"
+    run_page "$page" >"$log" 2>&1
+    read -r total_run total_setup total_shown total_skipped failed_pages <<<"$saved"
+    if grep -q '\.\.\. FAILED' "$log" && grep -q 'no-such-file.md: no such file' "$log" &&
+       grep -q 'anchor #no-such-heading' "$log" && grep -q '^    +  *1$' "$log" &&
+       grep -q 'division by zero' "$log"; then
+        printf 'docs %-28s ... ok\n' "(self-test)"
+    else
+        printf 'docs %-28s ... FAILED\n' "(self-test)"
+        echo "    a page with four mistakes did not fail as it should:"
+        sed 's/^/    | /' "$log"
+        failed_pages=$((failed_pages + 1))
+    fi
+}
+[ $# -gt 0 ] || self_test
 
 for page in "${pages[@]}"; do
     [ -f "$page" ] || { printf 'docs %-28s ... FAILED\n    no such page\n' "$page"; failed_pages=$((failed_pages + 1)); continue; }

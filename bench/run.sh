@@ -15,8 +15,8 @@
 #   BENCH_ROUNDS       rounds of A, B per pair and setting [3]
 #   BENCH_CLIENTS      pgbench clients (and threads) [2]
 #   BENCH_WARMUP       seconds of unmeasured A and B before each pair [2]
-#   BENCH_PAIRS        subset of: new dup business batch scale purge
-#                      transition (default: all of them), plus the
+#   BENCH_PAIRS        subset of: new dup business overhead batch scale
+#                      purge transition (default: all of them), plus the
 #                      optional scale_sql (the hand-written table at scale)
 #                      and batch_stmts (B as BENCH_BATCH_KEYS statements)
 #   BENCH_SYNC         synchronous_commit settings to run ["off on"]
@@ -57,7 +57,7 @@ BENCH_SECONDS=${BENCH_SECONDS:-8}
 BENCH_ROUNDS=${BENCH_ROUNDS:-3}
 BENCH_CLIENTS=${BENCH_CLIENTS:-2}
 BENCH_WARMUP=${BENCH_WARMUP:-2}
-BENCH_PAIRS=${BENCH_PAIRS:-new dup business batch scale purge transition}
+BENCH_PAIRS=${BENCH_PAIRS:-new dup business overhead batch scale purge transition}
 BENCH_SYNC=${BENCH_SYNC:-off on}
 BENCH_SCALE_ROWS=${BENCH_SCALE_ROWS:-10000000}
 BENCH_DUP_ROWS=${BENCH_DUP_ROWS:-100000}
@@ -84,7 +84,7 @@ done
 [ "$BENCH_ROUNDS" -ge 1 ] && [ "$BENCH_CLIENTS" -ge 1 ] && [ "$BENCH_SECONDS" -ge 1 ] \
     || idem_die "BENCH_ROUNDS, BENCH_CLIENTS and BENCH_SECONDS must be at least 1"
 for p in $BENCH_PAIRS; do
-    case $p in new|dup|business|batch|batch_stmts|scale|scale_sql|purge|transition|none) ;;
+    case $p in new|dup|business|overhead|batch|batch_stmts|scale|scale_sql|purge|transition|none) ;;
         *) idem_die "unknown pair '$p' in BENCH_PAIRS";; esac
 done
 for s in $BENCH_SYNC; do
@@ -308,7 +308,8 @@ side_script() { # pair side
         new/B|scale_sql/A|scale_sql/B) echo new_insert.pgbench;;
         dup/A) echo dup_claim.pgbench;;
         dup/B) echo dup_insert.pgbench;;
-        business/A) echo business_claim.pgbench;;
+        business/A|overhead/A) echo business_claim.pgbench;;
+        overhead/B) echo business_plain.pgbench;;
         business/B) echo business_insert.pgbench;;
         batch/A|batch_stmts/A) echo batch_many.pgbench;;
         batch_stmts/B) echo batch_stmts.pgbench;;
@@ -329,7 +330,7 @@ setup_pair() { # pair: once per pair and setting; returns 1 to skip the pair
                 -c "SELECT bench_load('bench_claims', 'bench', $BENCH_DUP_ROWS, '', 1, now() - interval '1 hour', now())" \
                 -c "VACUUM ANALYZE idem_records" -c "VACUUM ANALYZE bench_claims" >/dev/null || return 2
             ;;
-        business)
+        business|overhead)
             q bench -c "TRUNCATE bench_accounts" \
                 -c "INSERT INTO bench_accounts (id) SELECT g FROM generate_series(1, $BENCH_ACCOUNTS) g" \
                 -c "VACUUM ANALYZE bench_accounts" >/dev/null || return 2
@@ -381,7 +382,7 @@ prepare_run() { # pair side
         new)
             q bench -c "TRUNCATE idem_records, bench_claims" >/dev/null;;
         dup) ;;
-        business)
+        business|overhead)
             q bench -c "TRUNCATE idem_records, bench_claims, bench_ledger" \
                 -c "VACUUM bench_accounts" >/dev/null;;
         batch|batch_stmts)
@@ -620,6 +621,7 @@ what_of() {
         new) echo "claims/s: idem_claim vs INSERT ON CONFLICT, new keys";;
         dup) echo "claims/s: the same, key exists";;
         business) echo "tx/s: UPDATE + INSERT guarded by the claim";;
+        overhead) echo "tx/s: UPDATE + INSERT guarded by idem_claim vs unguarded (throughput kept)";;
         batch) echo "keys/s: idem_claim_many($BENCH_BATCH_KEYS) vs $BENCH_BATCH_KEYS idem_claim in 1 statement";;
         batch_stmts) echo "keys/s: idem_claim_many($BENCH_BATCH_KEYS) vs $BENCH_BATCH_KEYS statements";;
         scale) echo "claims/s: idem_claim, ${BENCH_SCALE_ROWS} live vs empty";;

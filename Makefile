@@ -36,7 +36,7 @@ PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initi
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs 2>/dev/null)
 
-.PHONY: demo test test-matrix lint bench soak sanitize deb
+.PHONY: demo test test-matrix lint bench soak sanitize deb mutate
 
 # `make` with no target builds the extension when PGXS is available.
 ifneq ($(wildcard $(PGXS)),)
@@ -73,6 +73,10 @@ lint:
 
 bench:
 	@PG_CONFIG=$(PG_CONFIG) bash bench/run.sh
+
+# How many seeded bugs the suites catch (test/mutants/mutants.txt).
+mutate:
+	@PG_CONFIG=$(PG_CONFIG) bash test/mutate.sh
 
 soak:
 	@PG_CONFIG=$(PG_CONFIG) bash test/soak.sh

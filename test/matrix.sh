@@ -4,8 +4,9 @@
 # counts, and a last line "N passed, N failed" over all of them.
 #
 #   MATRIX_FULL="15 16 17 18 19"   majors that run every suite (default: all)
-#   MATRIX_QUICK=""                majors that run build + regress +
-#                                  isolation + the extension-upgrade TAP test
+#   MATRIX_QUICK=""                majors that run build + regress (on a
+#                                  server without the preload) + isolation
+#                                  + the extension-upgrade TAP test
 #   MATRIX_UPGRADE="17:19"         OLD:NEW: the pg_upgrade TAP test runs in
 #                                  NEW's tap suite, from a cluster of OLD
 #                                  (empty: not run)
@@ -74,7 +75,8 @@ run_major() { # v kind
     fi
     if [ "$kind" = quick ]; then
         suites=(regress isolation tap)
-        extra=(TAP_TESTS=test/t/009_upgrade.pl)
+        # ... and regress on a server without the preload (stats_1.out).
+        extra=(TAP_TESTS=test/t/009_upgrade.pl IDEM_REGRESS_PRELOAD=0)
     fi
     if [ "$kind" = full ] && [ -n "$MATRIX_UPGRADE" ] && [ "$v" = "$upgrade_new" ]; then
         local oldpgc

@@ -125,7 +125,14 @@ for suite in "${suites[@]}"; do
     case "$suite" in
     regress|isolation)
         if [ -z "${IDEM_PGDATA:-}" ]; then
-            idem_cluster_start "$WORK/cluster"
+            # Preloaded, so the regression suite covers the statistics
+            # counters too (IDEM_REGRESS_PRELOAD=0: a server without it, as
+            # expected/stats_1.out shows; make installcheck takes either).
+            if [ "${IDEM_REGRESS_PRELOAD:-1}" = 1 ]; then
+                idem_cluster_start "$WORK/cluster" "shared_preload_libraries = 'idempotency'"
+            else
+                idem_cluster_start "$WORK/cluster"
+            fi
         fi
         ;;
     esac

@@ -3,9 +3,11 @@
 --     that it fires on the extension's own idem_machines, too);
 --   * idem_grant(role, access) and idem_revoke(role) grant an application
 --     role what it needs;
---   * two comments corrected.
--- The same objects are in sql/idempotency_machine.sql and
--- sql/idempotency_grant.sql, the sources of a fresh 0.4.0 install.
+--   * two comments corrected;
+--   * idem_distribute() makes the tables Citus tables.
+-- The same objects are in sql/idempotency_machine.sql,
+-- sql/idempotency_grant.sql and sql/idempotency_citus.sql, the sources of a
+-- fresh 0.4.0 install.
 
 \echo Use "ALTER EXTENSION idempotency UPDATE TO '0.4.0'" to load this file. \quit
 
@@ -71,3 +73,46 @@ COMMENT ON FUNCTION @extschema@.idem_revoke(pg_catalog.regrole) IS
 
 REVOKE ALL ON FUNCTION @extschema@.idem_grant(pg_catalog.regrole, pg_catalog.text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.idem_revoke(pg_catalog.regrole) FROM PUBLIC;
+
+-- Citus: idem_distribute() (sql/idempotency_citus.sql, docs/citus.md).
+-- Make the extension's tables Citus tables (idem_records distributed by key,
+-- idem_machines a reference table); not public.
+CREATE FUNCTION @extschema@.idem_distribute()
+RETURNS pg_catalog.void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    nsp text := (SELECT n.nspname FROM pg_catalog.pg_extension e
+                 JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) e.extnamespace
+                 WHERE e.extname OPERATOR(pg_catalog.=) 'idempotency');
+    records regclass;
+    machines regclass;
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_extension e
+                   WHERE e.extname OPERATOR(pg_catalog.=) 'citus') THEN
+        RAISE EXCEPTION 'idem_distribute: the citus extension is not installed in this database'
+            USING ERRCODE = '55000',
+                  DETAIL = 'idem_distribute makes idem_records a Citus distributed table and idem_machines a Citus reference table.',
+                  HINT = 'Add citus to shared_preload_libraries (before idempotency), run CREATE EXTENSION citus on every node and add the workers with citus_add_node; see docs/citus.md.';
+    END IF;
+    records := pg_catalog.format('%I.idem_records', nsp)::pg_catalog.regclass;
+    machines := pg_catalog.format('%I.idem_machines', nsp)::pg_catalog.regclass;
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p
+                   WHERE p.logicalrelid OPERATOR(pg_catalog.=) records) THEN
+        PERFORM pg_catalog.create_distributed_table(records, 'key');
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p
+                   WHERE p.logicalrelid OPERATOR(pg_catalog.=) machines) THEN
+        -- Its triggers (validation, cache invalidation) go to every
+        -- placement: Citus copies triggers only when this is on.
+        PERFORM pg_catalog.set_config('citus.enable_unsafe_triggers', 'on', true);
+        PERFORM pg_catalog.create_reference_table(machines);
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.idem_distribute() IS
+    'Citus: distribute idem_records by key and make idem_machines a reference table (docs/citus.md)';
+
+REVOKE ALL ON FUNCTION @extschema@.idem_distribute() FROM PUBLIC;

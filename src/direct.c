@@ -46,7 +46,11 @@
  *	  row-level security in force for the role; triggers, rules, stored
  *	  generated columns, column defaults or a column layout other than the
  *	  extension's on idem_records (a DBA's change must behave as plain SQL
- *	  would); an idem_records that is not an ordinary table.
+ *	  would); an idem_records that is not an ordinary table; an
+ *	  idem_records that Citus manages (a distributed, reference or Citus
+ *	  local table: a row of pg_catalog.pg_dist_partition), whose local
+ *	  relation is a shell without the data (the SPI path's SQL is routed
+ *	  by Citus to the shard).
  *
  *	  Permissions: every open runs the executor's own permission check for
  *	  INSERT and SELECT of the columns it writes and reads, so
@@ -61,7 +65,11 @@
  *
  *	  Catalog: the OID of idem_records is looked up by name once per
  *	  backend and kept until a relcache invalidation of that table (or of
- *	  all); a table dropped meanwhile is noticed when opening it.  The
+ *	  all); a table dropped meanwhile is noticed when opening it.  Whether
+ *	  Citus manages it is found at the same time and kept as long: Citus
+ *	  invalidates a table's relcache entry whenever its pg_dist_partition
+ *	  row changes, and without the citus extension it is one look-up in
+ *	  pg_extension per invalidation.  The
  *	  privilege, row-level security and layout checks are made at every
  *	  open, as an INSERT makes them at every statement.
  *
@@ -80,21 +88,26 @@
  */
 #include "postgres.h"
 
+#include "access/genam.h"
 #include "access/relation.h"
 #include "access/sysattr.h"
 #include "access/table.h"
 #include "access/tableam.h"
 #include "access/xact.h"
+#include "catalog/namespace.h"
 #include "catalog/pg_index.h"
+#include "catalog/pg_namespace.h"
 #include "catalog/pg_language.h"
 #include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
+#include "commands/extension.h"
 #include "executor/executor.h"
 #include "miscadmin.h"
 #include "nodes/makefuncs.h"
 #include "storage/lmgr.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
+#include "utils/fmgroids.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
@@ -197,6 +210,8 @@ defaults_are_own(TupleDesc desc)
 	return true;
 }
 
+static bool records_is_citus(Relation rel);
+
 /*
  * May the fast path write to rel?  Only when a plain INSERT by the current
  * role would do exactly what it does: see the header comment.
@@ -213,7 +228,8 @@ direct_usable(Relation rel)
 		rel->trigdesc != NULL ||
 		rel->rd_rules != NULL ||
 		desc->natts != (int) NCOLUMNS ||
-		(desc->constr != NULL && desc->constr->has_generated_stored))
+		(desc->constr != NULL && desc->constr->has_generated_stored) ||
+		records_is_citus(rel))
 		return false;
 
 	for (i = 0; i < (int) NCOLUMNS; i++)
@@ -394,11 +410,77 @@ static Oid	records_nsp = InvalidOid;
 static Oid	records_relid = InvalidOid;
 static bool records_callback = false;
 
+/*
+ * Whether Citus manages records_relid (records_citus), valid while
+ * records_citus_known: forgotten with the OID.
+ */
+static bool records_citus_known = false;
+static bool records_citus = false;
+
 static void
 forget_records_relid(Datum arg, Oid relid)
 {
 	if (!OidIsValid(relid) || relid == records_relid)
+	{
 		records_relid = InvalidOid;
+		records_citus_known = false;
+	}
+}
+
+/*
+ * Is relid a table that Citus manages (distributed, reference or Citus
+ * local: a row of pg_catalog.pg_dist_partition)?  False without the citus
+ * extension in this database.  Reads the catalog: callers cache.
+ */
+bool
+idem_citus_table(Oid relid)
+{
+	Oid			catalog;
+	Oid			index;
+	Relation	pdp;
+	ScanKeyData skey;
+	SysScanDesc scan;
+	bool		found;
+
+	if (!OidIsValid(get_extension_oid("citus", true)))
+		return false;
+	catalog = get_relname_relid("pg_dist_partition", PG_CATALOG_NAMESPACE);
+	if (!OidIsValid(catalog))
+		return false;
+	index = get_relname_relid("pg_dist_partition_logical_relid_index", PG_CATALOG_NAMESPACE);
+
+	pdp = table_open(catalog, AccessShareLock);
+	/* logicalrelid (attribute 1) is a regclass: compared as an oid. */
+	ScanKeyInit(&skey, 1, BTEqualStrategyNumber, F_OIDEQ, ObjectIdGetDatum(relid));
+	scan = systable_beginscan(pdp, index, OidIsValid(index), NULL, 1, &skey);
+	found = HeapTupleIsValid(systable_getnext(scan));
+	systable_endscan(scan);
+	table_close(pdp, AccessShareLock);
+	return found;
+}
+
+/*
+ * Does Citus manage rel, the idem_records that open_records() opened?
+ * Found once per relcache invalidation of it and kept with its OID.  An
+ * invalidation that arrived while opening it, or arrives during the
+ * look-up (catalog locks accept invalidations), has forgotten the OID:
+ * the answer, from a catalog snapshot taken after it, then serves this
+ * call only.
+ */
+static bool
+records_is_citus(Relation rel)
+{
+	bool		citus;
+
+	if (records_citus_known && RelationGetRelid(rel) == records_relid)
+		return records_citus;
+	citus = idem_citus_table(RelationGetRelid(rel));
+	if (RelationGetRelid(rel) == records_relid)
+	{
+		records_citus = citus;
+		records_citus_known = true;
+	}
+	return citus;
 }
 
 /*
@@ -682,4 +764,115 @@ idem_direct_claim(Oid nsp, text *scope, text *key, TimestampTz now,
 	result = idem_direct_claim_key(d, scope, key, now, expires, fp, rec);
 	idem_direct_close(d);
 	return result;
+}
+
+/*
+ * fname (idem_guard) on a table that Citus manages: refused up front.  The
+ * guard's triggers would have to run on every shard (Citus refuses
+ * triggers on distributed tables unless citus.enable_unsafe_triggers is
+ * on), and a guard created only on the coordinator's shell table would
+ * leave every UPDATE through the coordinator unguarded.
+ */
+void
+idem_refuse_citus_table(Oid relid, const char *table, const char *fname)
+{
+	if (idem_citus_table(relid))
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("%s: table %s is managed by Citus", fname, table),
+				 errdetail("Guards on Citus tables are not supported yet: Citus does not put the guard's triggers on the shards, so updates would go through unguarded."),
+				 errhint("Keep a guarded table out of Citus (neither distributed nor a reference or local table); docs/citus.md lists what works on Citus.")));
+}
+
+/*
+ * Is rel a Citus shard (a placement on this node) of the table logical?
+ * Its name is logical's followed by _<shard id>, in the same schema, and
+ * pg_catalog.pg_dist_shard has that shard id for logical.  False without
+ * the citus extension.
+ */
+bool
+idem_citus_shard_of(Relation rel, Oid logical)
+{
+	const char *name = RelationGetRelationName(rel);
+	const char *sep = strrchr(name, '_');
+	char	   *lname;
+	char	   *end;
+	int64		shardid;
+	Oid			catalog;
+	Oid			index;
+	Relation	pds;
+	ScanKeyData skey;
+	SysScanDesc scan;
+	HeapTuple	tup;
+	bool		found = false;
+
+	if (!OidIsValid(logical) || sep == NULL || sep[1] == '\0' ||
+		RelationGetNamespace(rel) != get_rel_namespace(logical) ||
+		!OidIsValid(get_extension_oid("citus", true)))
+		return false;
+	lname = get_rel_name(logical);
+	if (lname == NULL || strlen(lname) != (size_t) (sep - name) ||
+		strncmp(name, lname, sep - name) != 0)
+		return false;
+	errno = 0;
+	shardid = strtoi64(sep + 1, &end, 10);
+	if (errno != 0 || *end != '\0' || shardid <= 0)
+		return false;
+
+	catalog = get_relname_relid("pg_dist_shard", PG_CATALOG_NAMESPACE);
+	if (!OidIsValid(catalog))
+		return false;
+	index = get_relname_relid("pg_dist_shard_shardid_index", PG_CATALOG_NAMESPACE);
+	pds = table_open(catalog, AccessShareLock);
+	/* shardid (attribute 2) is an int8; logicalrelid (1) a regclass. */
+	ScanKeyInit(&skey, 2, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(shardid));
+	scan = systable_beginscan(pds, index, OidIsValid(index), NULL, 1, &skey);
+	tup = systable_getnext(scan);
+	if (HeapTupleIsValid(tup))
+	{
+		bool		isnull;
+		Datum		d = heap_getattr(tup, 1, RelationGetDescr(pds), &isnull);
+
+		found = !isnull && DatumGetObjectId(d) == logical;
+	}
+	systable_endscan(scan);
+	table_close(pds, AccessShareLock);
+	return found;
+}
+
+/*
+ * Is idem_records of schema nsp a Citus table?  The cached answer of the
+ * direct path; idem_records stays locked (RowExclusiveLock) as by the
+ * INSERT or DELETE that follows.  False when there is none (SPI then
+ * reports it).
+ */
+bool
+idem_records_citus(Oid nsp)
+{
+	Relation	rel = open_records(nsp);
+	bool		citus;
+
+	if (rel == NULL)
+		return false;
+	citus = records_is_citus(rel);
+	table_close(rel, NoLock);
+	return citus;
+}
+
+/*
+ * fname (idem_claim_many) while idem_records of schema nsp is a Citus
+ * table: refused with a clear error.  Citus cannot plan the batch's
+ * INSERT ... SELECT over the keys (a lateral subquery with LIMIT over a
+ * table function), and a batch spread over shards would not wait in the
+ * sorted key order that keeps batches free of deadlocks.
+ */
+void
+idem_refuse_citus_records(Oid nsp, const char *fname)
+{
+	if (idem_records_citus(nsp))
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("%s: not supported while idem_records is a Citus table", fname),
+				 errdetail("Citus cannot run the batch's INSERT ... SELECT over the keys, and a batch spread over shards would not take its keys in the order that keeps batches free of deadlocks."),
+				 errhint("Call idem_claim for each key in ascending key order (COLLATE \"C\") inside one transaction.")));
 }

@@ -1023,6 +1023,7 @@ idem_guard(PG_FUNCTION_ARGS)
 	idem_check_writable(fname);
 
 	table = lock_guarded_table(relid, ShareRowExclusiveLock, fname);
+	idem_refuse_citus_table(relid, table, fname);
 
 	status_att = user_column(relid, table, status_col, fname);
 	type = get_atttype(relid, status_att);

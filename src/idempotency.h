@@ -137,6 +137,11 @@ extern IdemDirectResult idem_direct_claim_key(IdemDirect *d, text *scope, text *
 											  TimestampTz now, TimestampTz expires,
 											  bytea *fp, IdemRecordState *rec);
 extern void idem_direct_close(IdemDirect *d);
+extern bool idem_citus_table(Oid relid);
+extern bool idem_citus_shard_of(Relation rel, Oid logical);
+extern bool idem_records_citus(Oid nsp);
+extern void idem_refuse_citus_records(Oid nsp, const char *fname);
+extern void idem_refuse_citus_table(Oid relid, const char *table, const char *fname);
 extern IdemDirectResult idem_direct_claim(Oid nsp, text *scope, text *key,
 										  TimestampTz now, TimestampTz expires,
 										  bytea *fp, IdemRecordState *rec);

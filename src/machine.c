@@ -1159,7 +1159,9 @@ idem_machine_drop(PG_FUNCTION_ARGS)
  */
 /*
  * Refuse to run idem_machines_trigger anywhere but on the extension's own
- * idem_machines, with the columns and types the install script gives it:
+ * idem_machines (or, once idem_distribute() made it a Citus reference
+ * table, a placement of it on this node), with the columns and types the
+ * install script gives it:
  * the function is reachable by any role that may create a trigger (on a
  * temporary table, say), and reads the columns as text and jsonb.  Fails
  * with 39P01 (trigger protocol violated).
@@ -1173,7 +1175,11 @@ check_machines_trigger(FunctionCallInfo fcinfo, TriggerData *td)
 	int			name_att;
 	int			def_att;
 
-	if (RelationGetRelid(rel) != get_relname_relid("idem_machines", nsp) ||
+	Oid			machines = get_relname_relid("idem_machines", nsp);
+
+	/* On Citus, a placement of the reference table idem_machines too. */
+	if (RelationGetRelid(rel) != machines ?
+		!idem_citus_shard_of(rel, machines) :
 		getExtensionOfObject(RelationRelationId, RelationGetRelid(rel)) !=
 		get_extension_oid("idempotency", true))
 		ereport(ERROR,
@@ -1208,7 +1214,8 @@ idem_machines_trigger(PG_FUNCTION_ARGS)
 
 	if (TRIGGER_FIRED_FOR_STATEMENT(td->tg_event))
 	{
-		CacheInvalidateRelcacheByRelid(RelationGetRelid(td->tg_relation));
+		/* The caches follow idem_machines, also when this is its shard. */
+		CacheInvalidateRelcacheByRelid(machines_table(idem_extension_schema(fcinfo)));
 		return PointerGetDatum(NULL);
 	}
 

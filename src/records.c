@@ -138,6 +138,24 @@ static IdemQuery q_purge = {
 	2, {TIMESTAMPTZOID, INT4OID}
 };
 
+/*
+ * The same on Citus (idem_records distributed): Citus runs neither FOR
+ * UPDATE nor a ctid list across shards, so the batch is picked by
+ * (scope, key) into an intermediate result and deleted shard by shard; a
+ * row locked by another transaction is waited for instead of skipped, and
+ * re-checked after.
+ */
+static IdemQuery q_purge_citus = {
+	"DELETE FROM @extschema@.idem_records r"
+	" USING (SELECT p.scope, p.key FROM @extschema@.idem_records p"
+	"   WHERE p.expires_at OPERATOR(pg_catalog.<=) $1"
+	"   ORDER BY p.expires_at LIMIT $2) b"
+	" WHERE r.key OPERATOR(pg_catalog.=) b.key AND r.scope OPERATOR(pg_catalog.=) b.scope"
+	" AND r.expires_at OPERATOR(pg_catalog.<=) $1"
+	" RETURNING r.scope",
+	2, {TIMESTAMPTZOID, INT4OID}
+};
+
 /* Column value of the current SPI result row, or NULL. */
 static inline Datum
 spi_col(int row, int col, bool *isnull)
@@ -618,7 +636,8 @@ idem_purge(PG_FUNCTION_ARGS)
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	n = idem_query_exec(&q_purge, nsp, values, NULL, false, 0);
+	n = idem_query_exec(idem_records_citus(nsp) ? &q_purge_citus : &q_purge,
+						nsp, values, NULL, false, 0);
 	idem_stats_count_rows(IDEM_STAT_PURGED);
 	SPI_finish();
 

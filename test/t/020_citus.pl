@@ -1,0 +1,319 @@
+# Citus: a local cluster (coordinator and two workers on three ports), the
+# extension's tables made Citus tables with idem_distribute(), and what
+# holds through the coordinator with idem_records distributed by key
+# (docs/citus.md).  Skipped when citus.so is not installed (test/citus.sh
+# builds it for PostgreSQL 15-17).
+use strict;
+use warnings;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $pkglibdir = `pg_config --pkglibdir`;
+chomp $pkglibdir;
+plan skip_all => 'citus not installed' unless -f "$pkglibdir/citus.so";
+
+# ---------------------------------------------------------------- cluster
+my @nodes;
+for my $name (qw(coord worker1 worker2))
+{
+	my $n = PostgreSQL::Test::Cluster->new($name);
+	$n->init;
+	$n->append_conf(
+		'postgresql.conf', q(
+shared_preload_libraries = 'citus,idempotency'
+listen_addresses = '127.0.0.1'
+max_prepared_transactions = 20
+citus.shard_count = 4
+citus.node_conninfo = 'sslmode=disable'
+deadlock_timeout = '100ms'
+));
+	$n->append_conf('pg_hba.conf', "host all all 127.0.0.1/32 trust\n");
+	$n->start;
+	$n->safe_psql('postgres',
+		'CREATE EXTENSION citus; CREATE EXTENSION idempotency;');
+	push @nodes, $n;
+}
+my ($coord, $w1, $w2) = @nodes;
+my %by_port = map { $_->port => $_ } @nodes;
+$coord->safe_psql('postgres',
+	"SELECT citus_set_coordinator_host('127.0.0.1', " . $coord->port . ')');
+$coord->safe_psql('postgres',
+	"SELECT citus_add_node('127.0.0.1', " . $_->port . ')')
+  for ($w1, $w2);
+is($coord->safe_psql('postgres', 'SELECT count(*) FROM citus_get_active_worker_nodes()'),
+	'2', 'two workers joined');
+
+sub cq { return $coord->safe_psql('postgres', $_[0]); }
+
+# The shard of idem_records holding a key, and the node with its placement.
+sub shard_of
+{
+	my ($key) = @_;
+	return cq("SELECT get_shard_id_for_distribution_column('idem_records', '$key')");
+}
+
+sub node_of
+{
+	my ($shard) = @_;
+	my $port = cq("SELECT nodeport FROM pg_dist_placement p JOIN pg_dist_node n USING (groupid) WHERE p.shardid = $shard");
+	return $by_port{$port};
+}
+
+# Rows of a shard table, read on the node that holds it.
+sub shard_rows
+{
+	my ($table, $shard, $where) = @_;
+	$where //= 'true';
+	return node_of($shard)->safe_psql('postgres',
+		"SELECT count(*) FROM ${table}_$shard WHERE $where");
+}
+
+# Keys (prefix0, prefix1, ...) on shards of two different workers.
+sub keys_on_two_workers
+{
+	my ($prefix) = @_;
+	my %seen;
+	for my $i (0 .. 200)
+	{
+		my $k = "$prefix$i";
+		my $node = node_of(shard_of($k));
+		$seen{ $node->port } //= $k;
+		return sort values %seen if keys %seen == 2;
+	}
+	die "no keys on two workers";
+}
+
+# ----------------------------------------------------- idem_distribute()
+# Without the citus extension in the database: a clear error.
+$coord->safe_psql('postgres', 'CREATE DATABASE plain');
+$coord->safe_psql('plain', 'CREATE EXTENSION idempotency');
+my ($ret, $out, $err) = $coord->psql('plain',
+	'\set VERBOSITY verbose
+SELECT idem_distribute()');
+isnt($ret, 0, 'idem_distribute without citus fails');
+like($err, qr/55000: idem_distribute: the citus extension is not installed in this database/,
+	'with SQLSTATE 55000 and a message');
+like($err, qr/HINT:  Add citus to shared_preload_libraries/, 'and a hint');
+$coord->safe_psql('plain', 'CREATE ROLE app LOGIN');
+is( $coord->safe_psql('plain',
+		"SELECT has_function_privilege('app', 'idem_distribute()', 'EXECUTE')"),
+	'f', 'idem_distribute is not executable by PUBLIC');
+
+# A definition made before distributing is copied to every worker.
+cq(q{SELECT idem_machine_define('order', '{"initial": ["new"], "transitions": {"new": ["paid"], "paid": ["shipped"]}}')});
+cq('SELECT idem_distribute()');
+is( cq("SELECT logicalrelid::text || ':' || partmethod::text FROM pg_dist_partition
+	WHERE logicalrelid::text IN ('idem_records', 'idem_machines') ORDER BY 1"),
+	"idem_machines:n\nidem_records:h", 'idem_records distributed, idem_machines a reference table');
+is(cq("SELECT column_to_column_name(logicalrelid, partkey) FROM pg_dist_partition WHERE logicalrelid = 'idem_records'::regclass"),
+	'key', 'idem_records is distributed by key');
+cq('SELECT idem_distribute()');
+pass('idem_distribute a second time does nothing');
+for my $w ($w1, $w2)
+{
+	is($w->safe_psql('postgres', "SELECT count(*) FROM idem_machines WHERE machine = 'order'"),
+		'1', 'a worker sees the machine defined before distributing (port ' . $w->port . ')');
+}
+
+# ------------------------------------------------------ claim, duplicate
+is(cq("SELECT idem_claim('pay', 'k1')"), 't', 'claim through the coordinator');
+is(cq("SELECT idem_claim('pay', 'k1')"), 'f', 'the duplicate is refused');
+is(cq("SELECT count(*) FROM idem_records WHERE scope = 'pay'"), '1', 'one record');
+my $shard = shard_of('k1');
+isnt(node_of($shard)->port, $coord->port, 'its shard is on a worker');
+is(shard_rows('idem_records', $shard, "key = 'k1'"), '1', 'the record is in that shard');
+is(cq("SELECT pg_relation_size('idem_records')"), '0',
+	"the coordinator's shell table is empty");
+
+# The direct path must decline because the table is a Citus table, not
+# because of Citus's truncate trigger: with the trigger gone from the
+# catalog (and the relcache entry rebuilt), claims still go through SPI.
+cq("BEGIN;
+DELETE FROM pg_trigger WHERE tgrelid = 'idem_records'::regclass;
+UPDATE pg_class SET relhastriggers = false WHERE oid = 'idem_records'::regclass;
+COMMIT");
+is(cq("SELECT count(*) FROM pg_trigger WHERE tgrelid = 'idem_records'::regclass"), '0',
+	'no trigger left on the shell table');
+is(cq("SELECT idem_claim('pay', 'k2')"), 't', 'claim without the trigger');
+is(cq("SELECT idem_claim('pay', 'k2')"), 'f', 'its duplicate');
+is(cq("SELECT idem_claim('pay', 'k1')"), 'f', 'the earlier key is still a duplicate');
+is(shard_rows('idem_records', shard_of('k2'), "key = 'k2'"), '1', 'the record is in its shard');
+is(cq("SELECT pg_relation_size('idem_records')"), '0',
+	"the shell table is still empty: the direct path declined on purpose");
+
+# --------------------------------------------- co-located business table
+cq(q{CREATE TABLE orders (key text COLLATE "C" PRIMARY KEY, amount int NOT NULL);
+SELECT create_distributed_table('orders', 'key', colocate_with => 'idem_records')});
+is( cq("SELECT count(DISTINCT colocationid) FROM pg_dist_partition
+	WHERE logicalrelid IN ('orders'::regclass, 'idem_records'::regclass)"),
+	'1', 'orders is co-located with idem_records');
+cq("BEGIN; SELECT idem_claim('order', 'o1'); INSERT INTO orders VALUES ('o1', 10); COMMIT");
+is(cq("SELECT (SELECT count(*) FROM orders WHERE key = 'o1') || ':' || (SELECT count(*) FROM idem_records WHERE key = 'o1')"),
+	'1:1', 'claim and business insert committed together');
+my $oshard = cq("SELECT get_shard_id_for_distribution_column('orders', 'o1')");
+is(node_of($oshard)->port, node_of(shard_of('o1'))->port, 'on the same worker');
+is(shard_rows('orders', $oshard, "key = 'o1'"), '1', 'in the co-located shard');
+cq("BEGIN; SELECT idem_claim('order', 'o2'); INSERT INTO orders VALUES ('o2', 20); ROLLBACK");
+is(cq("SELECT (SELECT count(*) FROM orders WHERE key = 'o2') || ':' || (SELECT count(*) FROM idem_records WHERE key = 'o2')"),
+	'0:0', 'a rollback undoes both');
+is(cq("SELECT idem_claim('order', 'o2')"), 't', 'the key can be claimed again');
+# A write to a shard on the other worker in the same transaction: Citus's 2PC.
+my ($ka, $kb) = keys_on_two_workers('x');
+cq("BEGIN; SELECT idem_claim('order', '$ka'); INSERT INTO orders VALUES ('$kb', 1); COMMIT");
+is(cq("SELECT (SELECT count(*) FROM orders WHERE key = '$kb') || ':' || (SELECT count(*) FROM idem_records WHERE key = '$ka')"),
+	'1:1', 'a claim and an insert on another worker commit together (2PC)');
+cq("BEGIN; SELECT idem_claim('order', '$kb'); INSERT INTO orders VALUES ('$ka', 1); ROLLBACK");
+is(cq("SELECT (SELECT count(*) FROM orders WHERE key = '$ka') || ':' || (SELECT count(*) FROM idem_records WHERE key = '$kb')"),
+	'0:0', 'and roll back together');
+
+# ------------------------------------------------ two sessions, one key
+# The second claimer waits on the worker (a lock wait on the shard) and
+# then sees the first one's outcome.
+sub race
+{
+	my ($key, $end) = @_;
+	my $a = $coord->background_psql('postgres');
+	my $b = $coord->background_psql('postgres');
+	my $first = $a->query_safe("BEGIN; SELECT idem_claim('race', '$key');");
+	$b->query_until(qr/waiting/, "\\echo waiting\nSELECT 'second:' || idem_claim('race', '$key');\n");
+	my $owner = node_of(shard_of($key));
+	ok( $owner->poll_query_until('postgres',
+			"SELECT count(*) = 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%idem_records%'"),
+		"the second claim of $key waits on the shard's worker");
+	$a->query_safe("$end;");
+	my $second = $b->query_safe("SELECT 'after'");
+	$a->quit;
+	$b->quit;
+	return ($first, $second);
+}
+my ($first, $second) = race('r1', 'COMMIT');
+like($first, qr/^t/, 'the first claim is true');
+like($second, qr/second:f/, 'after its commit, the second is false');
+($first, $second) = race('r2', 'ROLLBACK');
+like($second, qr/second:t/, 'after its rollback, the second is true');
+is(cq("SELECT count(*) FROM idem_records WHERE scope = 'race'"), '2', 'one record per key');
+
+# ------------------------------------------------ complete, lookup, replay
+cq(q{SELECT idem_claim('pay', 'c1'); SELECT idem_complete('pay', 'c1', '{"receipt": 7}')});
+is(cq("SELECT status || ':' || result::text FROM idem_lookup('pay', 'c1')"),
+	'completed:{"receipt": 7}', 'idem_lookup replays the stored result');
+is(cq("SELECT idem_claim('pay', 'c1')"), 'f', 'a completed key is a duplicate');
+is(cq("SELECT idem_release('pay', 'c1')"), 't', 'idem_release deletes the record');
+is(cq("SELECT idem_claim('pay', 'c1')"), 't', 'and the key can be claimed again');
+
+# ------------------------------------------------ leases and tokens
+my @tokens;
+for my $k (qw(t1 t2 t3 t4 t5 t6))
+{
+	push @tokens, cq("SELECT token FROM idem_begin('lease', '$k')");
+}
+like($_, qr/^\d+$/, "idem_begin gave a token ($_)") for @tokens;
+is(join(',', @tokens), join(',', sort { $a <=> $b } @tokens),
+	'tokens increase across shards (nextval evaluated on the coordinator)');
+is(cq("SELECT outcome FROM idem_begin('lease', 't1')"), 'in_progress',
+	'a second idem_begin sees the live lease');
+cq("SELECT idem_finish('lease', 't1', $tokens[0], '{\"ok\": true}')");
+is(cq("SELECT status FROM idem_lookup('lease', 't1')"), 'completed', 'idem_finish completes it');
+($ret, $out, $err) = $coord->psql('postgres',
+	"SELECT idem_finish('lease', 't2', $tokens[0] - 1, '{}')");
+isnt($ret, 0, 'idem_finish with a stale token is refused');
+is(cq("SELECT status FROM idem_lookup('lease', 't2')"), 'in_progress', 'the lease is untouched');
+
+# ------------------------------------------------ idem_claim_many
+# Citus cannot plan the batch's INSERT ... SELECT ("cannot push down this
+# subquery"): refused up front with a clear error, nothing written.
+my ($m1, $m2) = keys_on_two_workers('m');
+($ret, $out, $err) = $coord->psql('postgres',
+	"\\set VERBOSITY verbose\nSELECT * FROM idem_claim_many('many', ARRAY['$m2', '$m1'])");
+isnt($ret, 0, 'idem_claim_many on distributed records fails');
+like($err, qr/0A000: idem_claim_many: not supported while idem_records is a Citus table/,
+	'with 0A000 and a clear message');
+like($err, qr/HINT:  Call idem_claim for each key in ascending key order/, 'and a hint');
+is(cq("SELECT count(*) FROM idem_records WHERE scope = 'many'"), '0', 'nothing was written');
+
+# The documented replacement: one idem_claim per key, in ascending order,
+# in one transaction.  Two such sessions over keys on two workers, both
+# queued behind a third that holds the smallest key: no deadlock, each key
+# claimed once.
+my $holder = $coord->background_psql('postgres');
+$holder->query_safe("BEGIN; SELECT idem_claim('many', '$m1');");
+my @sessions;
+for my $s (qw(s1 s2))
+{
+	my $b = $coord->background_psql('postgres');
+	$b->query_until(qr/waiting/,
+		"\\echo waiting\nBEGIN; SELECT '$s:' || idem_claim('many', '$m1') || idem_claim('many', '$m2'); COMMIT;\n");
+	push @sessions, $b;
+}
+ok( node_of(shard_of($m1))->poll_query_until('postgres',
+		"SELECT count(*) = 2 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%idem_records%'"),
+	'both sessions wait for the smallest key');
+$holder->query_safe('ROLLBACK;');
+my $both = join ' ', map { $_->query_safe("SELECT 'done'") } @sessions;
+like($both, qr/s1:(truetrue|falsefalse)/, 'session 1 claimed both keys or none');
+like($both, qr/s2:(truetrue|falsefalse)/, 'session 2 claimed both keys or none');
+my @claimed = ($both =~ /:truetrue/g);
+is(scalar @claimed, 1, 'exactly one session claimed them');
+is(cq("SELECT count(*) FROM idem_records WHERE scope = 'many'"), '2', 'two records');
+$_->quit for ($holder, @sessions);
+
+# ------------------------------------------------ machines as reference data
+# A redefinition on the coordinator reaches every placement, and the
+# compiled copies cached by sessions on the coordinator and on a worker
+# are invalidated.
+my $cs = $coord->background_psql('postgres');
+my $ws = $w1->background_psql('postgres');
+for my $b ($cs, $ws)
+{
+	like($b->query_safe("SELECT idem_can_transition('order', 'new', 'shipped')"),
+		qr/^f/, 'new -> shipped is illegal (cached)');
+}
+cq(q{SELECT idem_machine_define('order', '{"initial": ["new"], "transitions": {"new": ["paid", "shipped"], "paid": ["shipped"]}}')});
+for my $w ($w1, $w2)
+{
+	like($w->safe_psql('postgres', "SELECT definition::text FROM idem_machines WHERE machine = 'order'"),
+		qr/"new": \["paid", "shipped"\]/, 'the worker has the new definition (port ' . $w->port . ')');
+}
+like($cs->query_safe("SELECT idem_can_transition('order', 'new', 'shipped')"),
+	qr/^t/, 'a coordinator session sees the redefinition');
+like($ws->query_safe("SELECT idem_can_transition('order', 'new', 'shipped')"),
+	qr/^t/, 'a worker session sees the redefinition');
+$_->quit for ($cs, $ws);
+($ret, $out, $err) = $coord->psql('postgres',
+	q{SELECT idem_machine_define('bad', '{}')});
+isnt($ret, 0, 'a malformed definition is refused');
+($ret, $out, $err) = $coord->psql('postgres',
+	q{INSERT INTO idem_machines (machine, definition) VALUES ('bad', '{}')});
+isnt($ret, 0, 'also by a direct INSERT (the validation trigger runs on the placements)');
+note "direct insert: $err";
+is(cq("SELECT count(*) FROM idem_machines WHERE machine = 'bad'"), '0', 'and not stored');
+cq("SELECT idem_machine_drop('order')");
+is($w2->safe_psql('postgres', "SELECT count(*) FROM idem_machines WHERE machine = 'order'"),
+	'0', 'idem_machine_drop reaches the workers');
+cq(q{SELECT idem_machine_define('order', '{"initial": ["new"], "transitions": {"new": ["paid"], "paid": ["shipped"]}}')});
+
+# ------------------------------------------------ purge on every shard
+my ($p1, $p2) = keys_on_two_workers('p');
+cq("SELECT idem_claim('purge', '$p1', ttl => '1 millisecond'), idem_claim('purge', '$p2', ttl => '1 millisecond'), idem_claim('purge', 'live')");
+select(undef, undef, undef, 0.1);
+($ret, $out, $err) = $coord->psql('postgres', 'SELECT idem_purge()');
+note "idem_purge: $ret $out $err";
+is($ret, 0, 'idem_purge from the coordinator runs');
+is($out, '2', 'it deleted the two expired records');
+is(cq("SELECT string_agg(key, ',') FROM idem_records WHERE scope = 'purge'"), 'live',
+	'on both workers; the live record is kept');
+
+# ------------------------------------------------ guards are refused
+cq(q{CREATE TABLE shipments (id bigint PRIMARY KEY, status text NOT NULL);
+SELECT create_distributed_table('shipments', 'id')});
+($ret, $out, $err) = $coord->psql('postgres',
+	"\\set VERBOSITY verbose\nSELECT idem_guard('shipments', 'status', 'order')");
+isnt($ret, 0, 'idem_guard on a distributed table fails');
+like($err, qr/0A000: idem_guard: table public.shipments is managed by Citus/, 'with 0A000 and a clear message');
+like($err, qr/HINT:  Keep a guarded table out of Citus/, 'and a hint');
+is(cq("SELECT count(*) FROM pg_trigger WHERE tgrelid = 'shipments'::regclass AND tgname LIKE 'idem_guard%'"),
+	'0', 'no guard trigger was left behind');
+
+$_->stop for @nodes;
+done_testing();

@@ -876,3 +876,46 @@ idem_refuse_citus_records(Oid nsp, const char *fname)
 				 errdetail("Citus cannot run the batch's INSERT ... SELECT over the keys, and a batch spread over shards would not take its keys in the order that keeps batches free of deadlocks."),
 				 errhint("Call idem_claim for each key in ascending key order (COLLATE \"C\") inside one transaction.")));
 }
+
+/*
+ * fname (idem_begin) on a Citus node other than the coordinator while
+ * idem_records of schema nsp is a Citus table: refused.  idem_token_seq
+ * is a sequence of each node, so a token drawn on a worker could be below
+ * one that the coordinator issued for the same key, and fencing would not
+ * hold.  The node is the coordinator when pg_catalog.pg_dist_local_group
+ * says group 0.
+ */
+void
+idem_refuse_citus_worker_tokens(Oid nsp, const char *fname)
+{
+	Oid			catalog;
+	Relation	rel;
+	SysScanDesc scan;
+	HeapTuple	tup;
+	int32		group = 0;
+
+	if (!idem_records_citus(nsp))
+		return;
+	catalog = get_relname_relid("pg_dist_local_group", PG_CATALOG_NAMESPACE);
+	if (!OidIsValid(catalog))
+		return;
+	rel = table_open(catalog, AccessShareLock);
+	scan = systable_beginscan(rel, InvalidOid, false, NULL, 0, NULL);
+	tup = systable_getnext(scan);
+	if (HeapTupleIsValid(tup))
+	{
+		bool		isnull;
+		Datum		d = heap_getattr(tup, 1, RelationGetDescr(rel), &isnull);
+
+		if (!isnull)
+			group = DatumGetInt32(d);
+	}
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+	if (group != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("%s: fencing tokens are issued on the Citus coordinator only", fname),
+				 errdetail("This node is a Citus worker (group %d); its idem_token_seq is its own, so a token drawn here could be below one the coordinator issued for the same key.", group),
+				 errhint("Call %s through the coordinator.", fname)));
+}

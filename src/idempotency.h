@@ -141,6 +141,7 @@ extern bool idem_citus_table(Oid relid);
 extern bool idem_citus_shard_of(Relation rel, Oid logical);
 extern bool idem_records_citus(Oid nsp);
 extern void idem_refuse_citus_records(Oid nsp, const char *fname);
+extern void idem_refuse_citus_worker_tokens(Oid nsp, const char *fname);
 extern void idem_refuse_citus_table(Oid relid, const char *table, const char *fname);
 extern IdemDirectResult idem_direct_claim(Oid nsp, text *scope, text *key,
 										  TimestampTz now, TimestampTz expires,

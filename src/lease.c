@@ -31,12 +31,14 @@
 
 #include "access/xact.h"
 #include "catalog/pg_type.h"
+#include "commands/sequence.h"
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "storage/latch.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
+#include "utils/lsyscache.h"
 #include "utils/timestamp.h"
 
 #include "idempotency.h"
@@ -79,25 +81,43 @@ static IdemQuery q_begin_read = {
 	2, {TEXTOID, TEXTOID}
 };
 
-/* Take over an expired, retryable or abandoned record.  $4 is now. */
+/*
+ * Take over an expired, retryable or abandoned record.  $4 is now; token
+ * is the SQL of its new token.
+ */
+#define BEGIN_TAKEOVER_SQL(token) \
+	"UPDATE @extschema@.idem_records r" \
+	" SET status = 'in_progress', locked_until = $6, lease = $7," \
+	"     token = " token "," \
+	"     updated_at = $4, result = NULL," \
+	"     attempts = CASE WHEN r.expires_at OPERATOR(pg_catalog.<=) $4 THEN 1" \
+	"                ELSE r.attempts OPERATOR(pg_catalog.+) 1 END," \
+	"     created_at = CASE WHEN r.expires_at OPERATOR(pg_catalog.<=) $4 THEN $4" \
+	"                  ELSE r.created_at END," \
+	"     expires_at = CASE WHEN r.expires_at OPERATOR(pg_catalog.<=) $4 THEN $5" \
+	"                  ELSE r.expires_at END," \
+	"     fingerprint = CASE WHEN r.expires_at OPERATOR(pg_catalog.<=) $4 THEN $3" \
+	"                   ELSE COALESCE(r.fingerprint, $3) END" \
+	" WHERE r.scope OPERATOR(pg_catalog.=) $1 AND r.key OPERATOR(pg_catalog.=) $2" \
+	" AND " IDEM_CLAIMABLE_SQL \
+	" RETURNING r.token"
+
 static IdemQuery q_begin_takeover = {
-	"UPDATE @extschema@.idem_records r"
-	" SET status = 'in_progress', locked_until = $6, lease = $7,"
-	"     token = pg_catalog.nextval('@extschema@.idem_token_seq'::pg_catalog.regclass),"
-	"     updated_at = $4, result = NULL,"
-	"     attempts = CASE WHEN r.expires_at OPERATOR(pg_catalog.<=) $4 THEN 1"
-	"                ELSE r.attempts OPERATOR(pg_catalog.+) 1 END,"
-	"     created_at = CASE WHEN r.expires_at OPERATOR(pg_catalog.<=) $4 THEN $4"
-	"                  ELSE r.created_at END,"
-	"     expires_at = CASE WHEN r.expires_at OPERATOR(pg_catalog.<=) $4 THEN $5"
-	"                  ELSE r.expires_at END,"
-	"     fingerprint = CASE WHEN r.expires_at OPERATOR(pg_catalog.<=) $4 THEN $3"
-	"                   ELSE COALESCE(r.fingerprint, $3) END"
-	" WHERE r.scope OPERATOR(pg_catalog.=) $1 AND r.key OPERATOR(pg_catalog.=) $2"
-	" AND " IDEM_CLAIMABLE_SQL
-	" RETURNING r.token",
+	BEGIN_TAKEOVER_SQL("pg_catalog.nextval('@extschema@.idem_token_seq'::pg_catalog.regclass)"),
 	7, {TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
 	TIMESTAMPTZOID, INTERVALOID}
+};
+
+/*
+ * The same on Citus (idem_records distributed), which refuses a volatile
+ * function in a distributed UPDATE: the token is drawn from idem_token_seq
+ * on this node first and passed as $8 (a takeover that then finds nothing
+ * to take leaves a gap, as an INSERT that meets a conflict does).
+ */
+static IdemQuery q_begin_takeover_citus = {
+	BEGIN_TAKEOVER_SQL("$8"),
+	8, {TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
+	TIMESTAMPTZOID, INTERVALOID, INT8OID}
 };
 
 static IdemQuery q_heartbeat = {
@@ -246,8 +266,8 @@ idem_begin(PG_FUNCTION_ARGS)
 	TimestampTz locked_until;
 	Interval   *lease;
 	bytea	   *fp;
-	Datum		values[7];
-	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	Datum		values[8];
+	char		nulls[8] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	const char *outcome = NULL;
 	Datum		token = (Datum) 0;
 	bool		token_null = true;
@@ -268,6 +288,7 @@ idem_begin(PG_FUNCTION_ARGS)
 	lease = PG_GETARG_INTERVAL_P(2);
 
 	idem_check_writable(fname);
+	idem_refuse_citus_worker_tokens(nsp, fname);
 
 	now = GetCurrentTimestamp();
 	locked_until = idem_add_interval(now, lease, "lease", fname);
@@ -295,6 +316,7 @@ idem_begin(PG_FUNCTION_ARGS)
 		TimestampTz expires_at;
 		TimestampTz lease_end;
 		bool		live;
+		bool		citus;
 
 		CHECK_FOR_INTERRUPTS();
 		if (++rounds > IDEM_MAX_TAKEOVER_ROUNDS)
@@ -370,7 +392,12 @@ idem_begin(PG_FUNCTION_ARGS)
 
 		/* Expired, retryable or abandoned: take it over. */
 		SPI_freetuptable(SPI_tuptable);
-		if (idem_query_exec(&q_begin_takeover, nsp, values, nulls, false, 0) == 1)
+		citus = idem_records_citus(nsp);
+		if (citus)
+			values[7] = Int64GetDatum(nextval_internal(get_relname_relid("idem_token_seq", nsp),
+													   true));
+		if (idem_query_exec(citus ? &q_begin_takeover_citus : &q_begin_takeover,
+							nsp, values, nulls, false, 0) == 1)
 		{
 			idem_stats_count(scope, IDEM_STAT_CLAIMED);
 			idem_stats_count(scope, IDEM_STAT_TAKEOVER);
@@ -512,8 +539,8 @@ idem_fail(PG_FUNCTION_ARGS)
 	int64		token = arg_token(fcinfo, 2, fname);
 	Oid			nsp = idem_extension_schema(fcinfo);
 	TimestampTz now;
-	Datum		values[7];
-	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	Datum		values[8];
+	char		nulls[8] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 
 	if (PG_ARGISNULL(4))
 		ereport(ERROR,

@@ -116,6 +116,10 @@ for my $w ($w1, $w2)
 		'1', 'a worker sees the machine defined before distributing (port ' . $w->port . ')');
 }
 
+is( cq("SELECT count(*) FROM pg_dist_placement p JOIN pg_dist_shard s USING (shardid)
+	WHERE s.logicalrelid = 'idem_machines'::regclass AND p.groupid = 0"),
+	'1', 'the coordinator holds a placement of idem_machines (its sessions see redefinitions)');
+
 # ------------------------------------------------------ claim, duplicate
 is(cq("SELECT idem_claim('pay', 'k1')"), 't', 'claim through the coordinator');
 is(cq("SELECT idem_claim('pay', 'k1')"), 'f', 'the duplicate is refused');
@@ -219,6 +223,41 @@ is(cq("SELECT status FROM idem_lookup('lease', 't1')"), 'completed', 'idem_finis
 	"SELECT idem_finish('lease', 't2', $tokens[0] - 1, '{}')");
 isnt($ret, 0, 'idem_finish with a stale token is refused');
 is(cq("SELECT status FROM idem_lookup('lease', 't2')"), 'in_progress', 'the lease is untouched');
+
+# A takeover issues a fresh token: its UPDATE's nextval is evaluated on
+# the coordinator too.
+cq("SELECT idem_fail('lease', 't2', $tokens[1], '{}', retryable => true)");
+my $t2 = cq("SELECT token FROM idem_begin('lease', 't2')");
+cmp_ok($t2, '>', $tokens[-1], 'a takeover gets a token above every earlier one');
+
+# On a worker, idem_begin would draw from the worker's own idem_token_seq
+# (token 1 here, below every token above): refused.
+($ret, $out, $err) = $w1->psql('postgres',
+	"\\set VERBOSITY verbose\nSELECT token FROM idem_begin('lease', 'w1')");
+isnt($ret, 0, 'idem_begin on a worker fails');
+like($err, qr/0A000: idem_begin: fencing tokens are issued on the Citus coordinator only/,
+	'with 0A000 and a clear message');
+like($err, qr/HINT:  Call idem_begin through the coordinator/, 'and a hint');
+is(cq("SELECT count(*) FROM idem_records WHERE key = 'w1'"), '0', 'nothing was written');
+
+# An expired claim is taken over through the coordinator.
+cq("SELECT idem_claim('ttl', 'e1', ttl => '1 millisecond')");
+select(undef, undef, undef, 0.05);
+is(cq("SELECT idem_claim('ttl', 'e1')"), 't', 'an expired claim is taken over');
+is(cq("SELECT idem_claim('ttl', 'e1')"), 'f', 'and is then a duplicate');
+
+# ------------------------------------------------ one-time tokens
+my $ot = cq("SELECT idem_token_issue('otp')");
+like($ot, qr/^[0-9a-f]{32}$/, 'idem_token_issue through the coordinator');
+is(cq("SELECT idem_token_consume('otp', '$ot')"), 't', 'consumed once');
+is(cq("SELECT idem_token_consume('otp', '$ot')"), 'f', 'and only once');
+
+# ------------------------------------------------ a claim on a worker
+is($w2->safe_psql('postgres', "SELECT idem_claim('pay', 'on-worker')"), 't',
+	'a claim on a worker (routed by Citus)');
+is(cq("SELECT idem_claim('pay', 'on-worker')"), 'f', 'is a duplicate on the coordinator');
+is($w2->safe_psql('postgres', "SELECT pg_relation_size('idem_records')"), '0',
+	"the worker's shell table is empty too");
 
 # ------------------------------------------------ idem_claim_many
 # Citus cannot plan the batch's INSERT ... SELECT ("cannot push down this

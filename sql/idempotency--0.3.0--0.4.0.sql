@@ -79,7 +79,7 @@ REVOKE ALL ON FUNCTION @extschema@.idem_revoke(pg_catalog.regrole) FROM PUBLIC;
 -- idem_machines a reference table); not public.
 CREATE FUNCTION @extschema@.idem_distribute()
 RETURNS pg_catalog.void
-LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE

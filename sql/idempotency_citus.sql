@@ -13,7 +13,7 @@
 -- Not public.
 CREATE FUNCTION @extschema@.idem_distribute()
 RETURNS pg_catalog.void
-LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE

@@ -164,6 +164,7 @@ my %null_rules = (
 	'idem_stats()'             => [ '', [], [] ],
 	'idem_stats_reset()'       => [ '', [], [] ],
 	'idem_summary()'           => [ '', [], [] ],
+	'idem_distribute()'        => [ '', [], [] ],
 	'idem_machines_trigger()'  => [ '', [], [] ],
 	'idem_guard_trigger()'     => [ '', [], [] ],);
 

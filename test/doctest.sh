@@ -18,6 +18,8 @@
 #
 #   <!-- doctest: skip -->     on the line before a ```sql block: the block
 #                              is not run (driver code, a fragment).  Rare.
+#                              A reason may follow in parentheses:
+#                              <!-- doctest: skip (needs a Citus cluster) -->
 #   <!-- doctest: preload -->  anywhere in a page: its cluster runs with
 #                              shared_preload_libraries = 'idempotency'.
 #   <!-- doctest: setup        hidden SQL, run at that point of the page
@@ -117,7 +119,7 @@ extract() {
         }
         if (line ~ /^[ \t]*$/) next
         last = 0
-        if (line ~ /^<!-- *doctest: *skip *-->[ \t]*$/) { skip = 1; next }
+        if (line ~ /^<!-- *doctest: *skip( *\([^)]*\))? *-->[ \t]*$/) { skip = 1; next }
         if (skip) { err("doctest: skip not followed by a ```sql block"); skip = 0 }
         if (line ~ /^<!-- *doctest: *preload *-->[ \t]*$/) { printf "" > (out "/preload"); next }
         if (line ~ /^<!-- *doctest: *setup/) {

@@ -354,5 +354,31 @@ like($err, qr/HINT:  Keep a guarded table out of Citus/, 'and a hint');
 is(cq("SELECT count(*) FROM pg_trigger WHERE tgrelid = 'shipments'::regclass AND tgname LIKE 'idem_guard%'"),
 	'0', 'no guard trigger was left behind');
 
+# A reference table is refused too.
+cq(q{CREATE TABLE carriers (id text PRIMARY KEY, status text NOT NULL);
+SELECT create_reference_table('carriers')});
+($ret, $out, $err) = $coord->psql('postgres', "SELECT idem_guard('carriers', 'status', 'order')");
+like($err, qr/idem_guard: table public.carriers is managed by Citus/, 'idem_guard on a reference table is refused');
+
+# A table guarded before it is distributed: Citus refuses to distribute it
+# (its triggers), unless citus.enable_unsafe_triggers is on, which copies
+# the guard's triggers to the shards.
+cq(q{CREATE TABLE parcels (id bigint PRIMARY KEY, status text NOT NULL);
+SELECT idem_guard('parcels', 'status', 'order')});
+($ret, $out, $err) = $coord->psql('postgres', "SELECT create_distributed_table('parcels', 'id')");
+like($err, qr/cannot distribute relation "parcels" because it has triggers/,
+	'Citus refuses to distribute a guarded table');
+($ret, $out, $err) = $coord->psql('postgres',
+	"SET citus.enable_unsafe_triggers = on; SELECT create_distributed_table('parcels', 'id');
+INSERT INTO parcels VALUES (1, 'new');
+UPDATE parcels SET status = 'shipped' WHERE id = 1;");
+# Then the guard's trigger runs on the shard and cannot read the machine
+# (idem_machines is a Citus table there too): every write fails, none
+# goes through unguarded.
+isnt($ret, 0, 'a write to a guarded table distributed with unsafe triggers fails');
+like($err, qr/cannot execute a distributed query from a query on a shard/,
+	"the guard's trigger on the shard cannot read idem_machines");
+is(cq('SELECT count(*) FROM parcels'), '0', 'nothing was written');
+
 $_->stop for @nodes;
 done_testing();

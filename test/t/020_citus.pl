@@ -259,6 +259,25 @@ is(cq("SELECT idem_claim('pay', 'on-worker')"), 'f', 'is a duplicate on the coor
 is($w2->safe_psql('postgres', "SELECT pg_relation_size('idem_records')"), '0',
 	"the worker's shell table is empty too");
 
+# ------------------------------------------------ heartbeat, await, summary
+my $lt = cq("SELECT token FROM idem_begin('lease', 'aw', lease => '10 minutes')");
+like(cq("SELECT idem_heartbeat('lease', 'aw', $lt) > now()"), qr/^t$/,
+	'idem_heartbeat extends the lease');
+my $waiter = $coord->background_psql('postgres');
+$waiter->query_until(qr/waiting/,
+	"\\echo waiting\nSELECT 'await:' || status || ':' || result::text FROM idem_await('lease', 'aw', '1 minute');\n");
+ok( $coord->poll_query_until('postgres',
+		"SELECT count(*) = 1 FROM pg_stat_activity WHERE wait_event_type = 'Extension' AND query LIKE '%idem_await%'"),
+	'idem_await waits on the coordinator');
+cq("SELECT idem_finish('lease', 'aw', $lt, '{\"r\": 1}')");
+like($waiter->query_safe("SELECT 'after'"), qr/await:completed:\{"r": 1\}/,
+	'and returns the completed record once the owner finishes');
+$waiter->quit;
+is( cq("SELECT records || ':' || completed FROM idem_summary() WHERE scope = 'pay'"),
+	cq("SELECT count(*) || ':' || count(*) FILTER (WHERE status = 'completed') FROM idem_records WHERE scope = 'pay'"),
+	'idem_summary on the coordinator counts the records of every shard');
+cmp_ok(cq("SELECT records FROM idem_summary() WHERE scope = 'pay'"), '>=', 3, '(several of them)');
+
 # ------------------------------------------------ idem_claim_many
 # Citus cannot plan the batch's INSERT ... SELECT ("cannot push down this
 # subquery"): refused up front with a clear error, nothing written.

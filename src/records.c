@@ -147,9 +147,9 @@ static IdemQuery q_purge = {
  */
 static IdemQuery q_purge_citus = {
 	"DELETE FROM @extschema@.idem_records r"
-	" USING (SELECT p.scope, p.key FROM @extschema@.idem_records p"
-	"   WHERE p.expires_at OPERATOR(pg_catalog.<=) $1"
-	"   ORDER BY p.expires_at LIMIT $2) b"
+	" USING (SELECT c.scope, c.key FROM @extschema@.idem_records c"
+	"   WHERE c.expires_at OPERATOR(pg_catalog.<=) $1"
+	"   ORDER BY c.expires_at LIMIT $2) b"
 	" WHERE r.key OPERATOR(pg_catalog.=) b.key AND r.scope OPERATOR(pg_catalog.=) b.scope"
 	" AND r.expires_at OPERATOR(pg_catalog.<=) $1"
 	" RETURNING r.scope",

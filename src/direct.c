@@ -66,12 +66,12 @@
  *	  Catalog: the OID of idem_records is looked up by name once per
  *	  backend and kept until a relcache invalidation of that table (or of
  *	  all); a table dropped meanwhile is noticed when opening it.  Whether
- *	  Citus manages it is found at the same time and kept as long: Citus
+ *	  Citus manages it is found at the same time and kept as long (Citus
  *	  invalidates a table's relcache entry whenever its pg_dist_partition
- *	  row changes, and without the citus extension it is one look-up in
- *	  pg_extension per invalidation.  The
- *	  privilege, row-level security and layout checks are made at every
- *	  open, as an INSERT makes them at every statement.
+ *	  row changes; without the citus extension it costs one look-up in
+ *	  pg_extension per invalidation).  The privilege, row-level security
+ *	  and layout checks are made at every open, as an INSERT makes them at
+ *	  every statement.
  *
  *	  Visibility: the new tuple carries the current command id, which is
  *	  marked used, so the next CommandCounterIncrement (the next statement,
@@ -94,7 +94,6 @@
 #include "access/table.h"
 #include "access/tableam.h"
 #include "access/xact.h"
-#include "catalog/namespace.h"
 #include "catalog/pg_index.h"
 #include "catalog/pg_namespace.h"
 #include "catalog/pg_language.h"

@@ -278,6 +278,54 @@ is( cq("SELECT records || ':' || completed FROM idem_summary() WHERE scope = 'pa
 	'idem_summary on the coordinator counts the records of every shard');
 cmp_ok(cq("SELECT records FROM idem_summary() WHERE scope = 'pay'"), '>=', 3, '(several of them)');
 
+# ------------------------------------------------ pgbench through the coordinator
+# 8 clients on 200 overlapping keys: a ledger row (co-located with the
+# record) is written only when idem_claim returns true; one transaction in
+# twenty rolls back.  No key twice, no record without its ledger row.
+cq(q{CREATE TABLE ledger (key text COLLATE "C" NOT NULL, client int NOT NULL);
+SELECT create_distributed_table('ledger', 'key', colocate_with => 'idem_records')});
+my ($clients, $per_client) = (8, 100);
+my $total = $clients * $per_client;
+$coord->pgbench(
+	"-n -c $clients -j 2 -t $per_client",
+	0,
+	[
+		qr{number of transactions actually processed: $total/$total},
+		qr{number of failed transactions: 0 }
+	],
+	[qr{^$}],
+	'pgbench claims through the coordinator',
+	{
+		'citus_claims' => q{
+\set k random(1, 200)
+\set fail random(1, 20)
+BEGIN;
+SELECT idem_claim('bench', 'key-' || :k) AS owned \gset
+\if :owned
+INSERT INTO ledger VALUES ('key-' || :k, :client_id);
+SELECT idem_complete('bench', 'key-' || :k, jsonb_build_object('client', :client_id));
+\endif
+\if :fail = 1
+ROLLBACK;
+\else
+COMMIT;
+\endif
+}
+	});
+my ($credits, $credited, $records, $completed, $unmatched) = split /\|/, cq(q{
+	SELECT (SELECT count(*) FROM ledger),
+	       (SELECT count(DISTINCT key) FROM ledger),
+	       (SELECT count(*) FROM idem_records WHERE scope = 'bench'),
+	       (SELECT count(*) FROM idem_records WHERE scope = 'bench' AND status = 'completed'),
+	       (SELECT count(*) FROM idem_records r WHERE r.scope = 'bench'
+	          AND NOT EXISTS (SELECT 1 FROM ledger l WHERE l.key = r.key))});
+note "pgbench: credits $credits, keys $credited, records $records";
+ok($records > 0 && $records < $total, 'claims overlapped');
+is($credits, $credited, 'no key was credited twice');
+is($records, $credited, 'every record has its ledger row (nothing lost)');
+is($completed, $records, 'every record is completed');
+is($unmatched, '0', 'records and ledger rows are the same keys');
+
 # ------------------------------------------------ idem_claim_many
 # Citus cannot plan the batch's INSERT ... SELECT ("cannot push down this
 # subquery"): refused up front with a clear error, nothing written.

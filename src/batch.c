@@ -297,8 +297,7 @@ batch_claim(Oid nsp, text *scope, BatchKey *distinct, int m,
 	int64		n_in_progress = 0;
 	IdemDirect *direct;
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
+	idem_spi_connect();
 
 	/*
 	 * The fast path (READ COMMITTED and a plain idem_records; see
@@ -350,18 +349,13 @@ batch_claim(Oid nsp, text *scope, BatchKey *distinct, int m,
 		}
 		state[k] = KEY_DUPLICATE;
 		status = TextDatumGetCString(SPI_getbinval(row, desc, 2, &isnull));
-		if (strcmp(status, IDEM_STATUS_IN_PROGRESS) == 0)
+		if (idem_duplicate_stat(status) == IDEM_STAT_IN_PROGRESS_CONFLICT)
 			n_in_progress++;
 		else
 			n_duplicate++;
-		if (idem_log_duplicates)
-			ereport(LOG,
-					(errmsg("idempotency: duplicate claim of key \"%s\" in scope \"%s\", first claimed at %s, status %s",
-							pnstrdup(distinct[k].data, distinct[k].len),
-							text_to_cstring(scope),
-							idem_timestamptz_cstring(DatumGetTimestampTz(SPI_getbinval(row, desc, 3, &isnull))),
-							status),
-					 errhidestmt(true)));
+		idem_log_duplicate("claim", scope, (text *) DatumGetPointer(distinct[k].key),
+						   DatumGetTimestampTz(SPI_getbinval(row, desc, 3, &isnull)),
+						   status);
 	}
 
 	/* Step 2: insert or take over the rest, in sorted order. */
@@ -440,7 +434,7 @@ Datum
 idem_claim_many(PG_FUNCTION_ARGS)
 {
 	const char *fname = "idem_claim_many";
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	ReturnSetInfo *rsinfo;
 	text	   *scope;
 	Datum	   *elems;
 	int			nelems;
@@ -453,16 +447,9 @@ idem_claim_many(PG_FUNCTION_ARGS)
 	char	   *state;
 	int			m;
 	int			i;
-	TupleDesc	tupdesc;
-	Tuplestorestate *tupstore;
-	MemoryContext oldcxt;
 
-	if (rsinfo == NULL || !IsA(rsinfo, ReturnSetInfo) ||
-		(rsinfo->allowedModes & SFRM_Materialize) == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("%s: set-valued function called in context that cannot accept a set",
-						fname)));
+	/* Refuse a context that takes no set before looking at the arguments. */
+	idem_check_srf(fcinfo, fname);
 
 	scope = idem_arg_scope(fcinfo, 0, fname);
 	batch_arg_keys(fcinfo, 1, fname, &elems, &nelems, &lbound);
@@ -502,12 +489,7 @@ idem_claim_many(PG_FUNCTION_ARGS)
 					now, expires, state);
 
 	/* One row per element, in array order. */
-	oldcxt = MemoryContextSwitchTo(rsinfo->econtext->ecxt_per_query_memory);
-	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
-		elog(ERROR, "%s: return type must be a row type", fname);
-	tupstore = tuplestore_begin_heap((rsinfo->allowedModes & SFRM_Materialize_Random) != 0,
-									 false, work_mem);
-	MemoryContextSwitchTo(oldcxt);
+	rsinfo = idem_srf_begin(fcinfo, fname, 2);
 
 	for (i = 0; i < nelems; i++)
 	{
@@ -518,11 +500,8 @@ idem_claim_many(PG_FUNCTION_ARGS)
 		values[0] = elems[i];
 		values[1] = BoolGetDatum(distinct[k].pos == i &&
 								 state[k] == KEY_CLAIMED);
-		tuplestore_putvalues(tupstore, tupdesc, values, nulls);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 
-	rsinfo->returnMode = SFRM_Materialize;
-	rsinfo->setResult = tupstore;
-	rsinfo->setDesc = tupdesc;
 	return (Datum) 0;
 }

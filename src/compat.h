@@ -21,6 +21,15 @@
 #error "idempotency supports PostgreSQL 15 to 19"
 #endif
 
+/*
+ * InitMaterializedSRF is SetSingleFuncCall in 15.0 (renamed in 15.1, which
+ * keeps the old name as an alias).
+ */
+#include "funcapi.h"
+#if PG_VERSION_NUM < 150001
+#define InitMaterializedSRF(fcinfo, flags) SetSingleFuncCall((fcinfo), (flags))
+#endif
+
 /* SHA-256 through the pg_cryptohash API (which may use OpenSSL). */
 #include "common/cryptohash.h"
 #include "common/sha2.h"

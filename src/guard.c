@@ -725,8 +725,7 @@ guard_log(GuardEntry *e, FunctionCallInfo fcinfo, TriggerData *td)
 	if (TRIGGER_FIRED_BY_UPDATE(td->tg_event) && same_value(from, to))
 		return;
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
+	idem_spi_connect();
 	if (e->log_plan == NULL)
 		guard_log_prepare(e, rel, idem_extension_schema(fcinfo));
 
@@ -1064,8 +1063,7 @@ idem_guard(PG_FUNCTION_ARGS)
 					quote_literal_cstr(status_col),
 					quote_literal_cstr(version_col ? version_col : ""));
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
+	idem_spi_connect();
 
 	drop_guard_triggers(relid, nsp, status_att, table);
 
@@ -1128,8 +1126,7 @@ idem_unguard(PG_FUNCTION_ARGS)
 	table = lock_guarded_table(relid, AccessExclusiveLock, fname);
 	status_att = user_column(relid, table, status_col, fname);
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
+	idem_spi_connect();
 	if (drop_guard_triggers(relid, nsp, status_att, table) == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),

@@ -17,6 +17,7 @@
  */
 #include "postgres.h"
 
+#include "funcapi.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
@@ -364,4 +365,41 @@ idem_status_is_valid(PG_FUNCTION_ARGS)
 		if (strlen(statuses[i]) == len && memcmp(statuses[i], s, len) == 0)
 			PG_RETURN_BOOL(true);
 	PG_RETURN_BOOL(false);
+}
+
+/*
+ * Fail with 0A000 unless the caller can take a materialized set: the
+ * check every set-returning function of the extension makes first, with
+ * a message naming it.
+ */
+void
+idem_check_srf(FunctionCallInfo fcinfo, const char *fname)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+
+	if (rsinfo == NULL || !IsA(rsinfo, ReturnSetInfo) ||
+		(rsinfo->allowedModes & SFRM_Materialize) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("%s: set-valued function called in context that cannot accept a set",
+						fname)));
+}
+
+/*
+ * Set up a materialized result of natts columns (InitMaterializedSRF):
+ * on return rsinfo->setResult is a tuplestore and rsinfo->setDesc its
+ * descriptor, both in the query's per-query memory, so rows put there
+ * from SPI's memory are copied.  Fails as idem_check_srf.
+ */
+ReturnSetInfo *
+idem_srf_begin(FunctionCallInfo fcinfo, const char *fname, int natts)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+
+	idem_check_srf(fcinfo, fname);
+	InitMaterializedSRF(fcinfo, 0);
+	if (rsinfo->setDesc->natts != natts)
+		elog(ERROR, "%s: expected %d result columns, got %d",
+			 fname, natts, rsinfo->setDesc->natts);
+	return rsinfo;
 }

@@ -31,6 +31,7 @@
 #include "compat.h"
 #include "executor/spi.h"
 #include "fmgr.h"
+#include "nodes/execnodes.h"
 #include "utils/timestamp.h"
 
 /*
@@ -85,6 +86,9 @@ extern TimestampTz idem_add_interval(TimestampTz base, Interval *span,
 									 const char *what, const char *fname);
 extern bytea *idem_fingerprint_digest(FunctionCallInfo fcinfo, int argno);
 extern char *idem_timestamptz_cstring(TimestampTz ts);
+extern void idem_check_srf(FunctionCallInfo fcinfo, const char *fname);
+extern ReturnSetInfo *idem_srf_begin(FunctionCallInfo fcinfo, const char *fname,
+									 int natts);
 
 /* Same bytes?  (Fingerprint digests: stored against given.) */
 static inline bool
@@ -93,62 +97,6 @@ idem_bytea_equal(bytea *a, bytea *b)
 	return VARSIZE_ANY_EXHDR(a) == VARSIZE_ANY_EXHDR(b) &&
 		memcmp(VARDATA_ANY(a), VARDATA_ANY(b), VARSIZE_ANY_EXHDR(a)) == 0;
 }
-
-/* records.c */
-/* An open fast path of claims (direct.c). */
-typedef struct IdemDirect IdemDirect;
-
-extern bool idem_claim_one(Oid nsp, text *scope, text *key, TimestampTz now,
-						   TimestampTz expires, bytea *fp, const char *fname);
-
-/*
- * A takeover (idem_claim, idem_claim_many, idem_begin) gives up after this
- * many rounds of read and UPDATE without progress, with idem_takeover_stuck.
- */
-#define IDEM_MAX_TAKEOVER_ROUNDS 16
-extern void idem_takeover_stuck(Oid nsp, const char *fname, text *scope,
-								text *key);
-extern int	idem_claim_direct(Oid nsp, text *scope, text *key, TimestampTz now,
-							  TimestampTz expires, bytea *fp, const char *fname);
-extern int	idem_claim_direct_in(IdemDirect *d, text *scope, text *key,
-								 TimestampTz now, TimestampTz expires, bytea *fp,
-								 const char *fname);
-/* The state of an existing record that decides a claim (records.c, direct.c). */
-typedef struct IdemRecordState
-{
-	char	   *status;
-	bytea	   *fingerprint;	/* NULL: none stored */
-	TimestampTz created_at;
-	TimestampTz expires_at;
-	TimestampTz locked_until;
-	bool		has_lock;		/* locked_until is not NULL */
-} IdemRecordState;
-
-/* direct.c */
-typedef enum IdemDirectResult
-{
-	IDEM_DIRECT_DECLINED,		/* not applicable: nothing done, use SPI */
-	IDEM_DIRECT_INSERTED,		/* the record was inserted */
-	IDEM_DIRECT_CONFLICT		/* a committed or own record holds the key */
-} IdemDirectResult;
-
-extern IdemDirect *idem_direct_open(Oid nsp);
-extern IdemDirectResult idem_direct_claim_key(IdemDirect *d, text *scope, text *key,
-											  TimestampTz now, TimestampTz expires,
-											  bytea *fp, IdemRecordState *rec);
-extern void idem_direct_close(IdemDirect *d);
-extern bool idem_citus_table(Oid relid);
-extern bool idem_citus_shard_of(Relation rel, Oid logical);
-extern bool idem_records_citus(Oid nsp);
-extern void idem_refuse_citus_records(Oid nsp, const char *fname);
-extern void idem_refuse_citus_worker_tokens(Oid nsp, const char *fname);
-extern void idem_refuse_citus_table(Oid relid, const char *table, const char *fname);
-extern IdemDirectResult idem_direct_claim(Oid nsp, text *scope, text *key,
-										  TimestampTz now, TimestampTz expires,
-										  bytea *fp, IdemRecordState *rec);
-
-extern void idem_fingerprint_mismatch(const char *fname, text *scope, text *key,
-									  TimestampTz first_claimed);
 
 /*
  * query.c: prepared SPI plans, one per IdemQuery, kept for the life of the
@@ -172,6 +120,101 @@ extern SPIPlanPtr idem_query_plan(IdemQuery *q, Oid nsp);
 extern int	idem_query_exec(IdemQuery *q, Oid nsp, Datum *values,
 							const char *nulls, bool read_only, long count);
 extern void idem_query_init(void);
+extern void idem_spi_connect(void);
+
+/*
+ * claim.c: deciding one key (idem_claim; the decision idem_claim_many and
+ * idem_begin share).
+ */
+
+/* An open fast path of claims (direct.c). */
+typedef struct IdemDirect IdemDirect;
+
+/* The state of an existing record that decides a claim (claim.c, direct.c). */
+typedef struct IdemRecordState
+{
+	char	   *status;
+	bytea	   *fingerprint;	/* NULL: none stored */
+	TimestampTz created_at;
+	TimestampTz expires_at;
+	TimestampTz locked_until;
+	bool		has_lock;		/* locked_until is not NULL */
+} IdemRecordState;
+
+/*
+ * The statements of one kind of claim, for idem_claim_spi.  Parameters:
+ * $1 scope, $2 key, $3 fingerprint digest, $4 now, then the kind's own.
+ * insert is an INSERT ... ON CONFLICT DO NOTHING (RETURNING allowed);
+ * read selects status, fingerprint, created_at, expires_at, locked_until
+ * (then any columns the caller reads on a duplicate); takeover is an
+ * UPDATE whose WHERE includes IDEM_CLAIMABLE_SQL (RETURNING allowed).
+ */
+typedef struct IdemClaimPlan
+{
+	IdemQuery  *insert;
+	IdemQuery  *read;
+	IdemQuery  *takeover;
+	/* NULL, or picks the takeover of a round (and may set its parameters) */
+	IdemQuery  *(*takeover_for) (Oid nsp, Datum *values);
+	const char *verb;			/* "claim", "begin": in the duplicate log line */
+} IdemClaimPlan;
+
+typedef enum IdemClaimOutcome
+{
+	IDEM_CLAIM_ACQUIRED,		/* inserted or taken over */
+	IDEM_CLAIM_DUPLICATE		/* a live record answers the call */
+} IdemClaimOutcome;
+
+/*
+ * A takeover (idem_claim, idem_claim_many, idem_begin) gives up after this
+ * many rounds of read and UPDATE without progress, with idem_takeover_stuck.
+ */
+#define IDEM_MAX_TAKEOVER_ROUNDS 16
+
+extern IdemClaimOutcome idem_claim_spi(const IdemClaimPlan *plan, Oid nsp,
+									   text *scope, text *key, Datum *values,
+									   const char *nulls, TimestampTz now,
+									   bytea *fp, const char *fname,
+									   IdemRecordState *rec);
+extern bool idem_claim_one(Oid nsp, text *scope, text *key, TimestampTz now,
+						   TimestampTz expires, bytea *fp, const char *fname);
+extern int	idem_claim_direct(Oid nsp, text *scope, text *key, TimestampTz now,
+							  TimestampTz expires, bytea *fp, const char *fname);
+extern int	idem_claim_direct_in(IdemDirect *d, text *scope, text *key,
+								 TimestampTz now, TimestampTz expires, bytea *fp,
+								 const char *fname);
+extern void idem_takeover_stuck(Oid nsp, const char *fname, text *scope,
+								text *key);
+extern void idem_fingerprint_mismatch(const char *fname, text *scope, text *key,
+									  TimestampTz first_claimed);
+extern void idem_log_duplicate(const char *verb, text *scope, text *key,
+							   TimestampTz first_claimed, const char *status);
+
+/*
+ * direct.c: the executor-level mechanism of the fast path (speculative
+ * insertion without SPI); claim.c decides what it finds.
+ */
+typedef enum IdemDirectResult
+{
+	IDEM_DIRECT_DECLINED,		/* not applicable: nothing done, use SPI */
+	IDEM_DIRECT_INSERTED,		/* the record was inserted */
+	IDEM_DIRECT_CONFLICT		/* a committed or own record holds the key */
+} IdemDirectResult;
+
+extern IdemDirect *idem_direct_open(Oid nsp);
+extern IdemDirectResult idem_direct_claim_key(IdemDirect *d, text *scope, text *key,
+											  TimestampTz now, TimestampTz expires,
+											  bytea *fp, IdemRecordState *rec);
+extern void idem_direct_close(IdemDirect *d);
+extern bool idem_citus_table(Oid relid);
+extern bool idem_citus_shard_of(Relation rel, Oid logical);
+extern bool idem_records_citus(Oid nsp);
+extern void idem_refuse_citus_records(Oid nsp, const char *fname);
+extern void idem_refuse_citus_worker_tokens(Oid nsp, const char *fname);
+extern void idem_refuse_citus_table(Oid relid, const char *table, const char *fname);
+extern IdemDirectResult idem_direct_claim(Oid nsp, text *scope, text *key,
+										  TimestampTz now, TimestampTz expires,
+										  bytea *fp, IdemRecordState *rec);
 
 /* machine.c, guard.c */
 
@@ -220,6 +263,9 @@ typedef enum IdemStatKind
 	IDEM_STAT_PURGED,				/* expired records deleted by idem_purge */
 	IDEM_STAT_NKINDS
 } IdemStatKind;
+
+/* claim.c: the counter of a duplicate with this status */
+extern IdemStatKind idem_duplicate_stat(const char *status);
 
 extern void idem_stats_init(void);
 extern void idem_stats_add(text *scope, IdemStatKind kind, int64 n);

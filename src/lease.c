@@ -49,8 +49,6 @@ PG_FUNCTION_INFO_V1(idem_finish);
 PG_FUNCTION_INFO_V1(idem_fail);
 PG_FUNCTION_INFO_V1(idem_await);
 
-#define BEGIN_MAX_INVISIBLE_RETRIES 10
-
 /* idem_await's longest sleep between two looks at the record. */
 #define AWAIT_MAX_NAP_MS 100
 
@@ -118,6 +116,25 @@ static IdemQuery q_begin_takeover_citus = {
 	BEGIN_TAKEOVER_SQL("$8"),
 	8, {TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
 	TIMESTAMPTZOID, INTERVALOID, INT8OID}
+};
+
+/*
+ * idem_begin's takeover statement for this round: on Citus, the one whose
+ * token was drawn here first, as $8 (values[7]).
+ */
+static IdemQuery *
+begin_takeover_for(Oid nsp, Datum *values)
+{
+	if (!idem_records_citus(nsp))
+		return &q_begin_takeover;
+	values[7] = Int64GetDatum(nextval_internal(get_relname_relid("idem_token_seq", nsp),
+											   true));
+	return &q_begin_takeover_citus;
+}
+
+/* idem_begin's statements for idem_claim_spi (claim.c). */
+static const IdemClaimPlan begin_plan = {
+	&q_begin_insert, &q_begin_read, &q_begin_takeover, begin_takeover_for, "begin"
 };
 
 static IdemQuery q_heartbeat = {
@@ -273,8 +290,7 @@ idem_begin(PG_FUNCTION_ARGS)
 	bool		token_null = true;
 	Datum		result = (Datum) 0;
 	bool		result_null = true;
-	int			invisible = 0;
-	int			rounds = 0;
+	IdemRecordState rec;
 	Datum		out[3];
 	bool		outnull[3];
 
@@ -305,107 +321,23 @@ idem_begin(PG_FUNCTION_ARGS)
 	values[5] = TimestampTzGetDatum(locked_until);
 	values[6] = IntervalPGetDatum(lease);
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
+	idem_spi_connect();
 
-	while (outcome == NULL)
+	if (idem_claim_spi(&begin_plan, nsp, scope, key, values, nulls, now, fp,
+					   fname, &rec) == IDEM_CLAIM_ACQUIRED)
 	{
-		bool		isnull;
-		char	   *status;
-		TimestampTz created_at;
-		TimestampTz expires_at;
-		TimestampTz lease_end;
-		bool		live;
-		bool		citus;
-
-		CHECK_FOR_INTERRUPTS();
-		if (++rounds > IDEM_MAX_TAKEOVER_ROUNDS)
-			idem_takeover_stuck(nsp, fname, scope, key);
-
-		if (idem_query_exec(&q_begin_insert, nsp, values, nulls, false, 0) == 1)
-		{
-			idem_stats_count(scope, IDEM_STAT_CLAIMED);
-			outcome = "acquired";
-			token = spi_col(1, &token_null);
-			break;
-		}
-		SPI_freetuptable(SPI_tuptable);
-
-		if (idem_query_exec(&q_begin_read, nsp, values, NULL, false, 1) == 0)
-		{
-			if (++invisible > BEGIN_MAX_INVISIBLE_RETRIES)
-				ereport(ERROR,
-						(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-						 errmsg("%s: a record for this key exists but is not visible to the current role",
-								fname),
-						 errdetail("Key \"%s\" in scope \"%s\" is held by a row that row-level security hides.",
-								   text_to_cstring(key), text_to_cstring(scope)),
-						 errhint("Check the row-level security policies on idem_records.")));
-			continue;
-		}
-
-		status = TextDatumGetCString(spi_col(1, &isnull));
-		created_at = DatumGetTimestampTz(spi_col(3, &isnull));
-		expires_at = DatumGetTimestampTz(spi_col(4, &isnull));
-		lease_end = DatumGetTimestampTz(spi_col(5, &isnull));
-		if (isnull)
-			lease_end = DT_NOEND;	/* no end: held until expiry, as the SQL says */
-		live = expires_at > now;
-
-		if (live && fp != NULL)
-		{
-			Datum		stored = spi_col(2, &isnull);
-
-			if (!isnull && !idem_bytea_equal(fp, DatumGetByteaPP(stored)))
-				idem_fingerprint_mismatch(fname, scope, key, created_at);
-		}
-
-		if (live)
-		{
-			if (strcmp(status, IDEM_STATUS_FAILED) == 0)
-				outcome = "failed";
-			else if (strcmp(status, IDEM_STATUS_IN_PROGRESS) == 0 && lease_end > now)
-				outcome = "in_progress";
-			else if (strcmp(status, IDEM_STATUS_RETRYABLE) != 0 &&
-					 strcmp(status, IDEM_STATUS_IN_PROGRESS) != 0)
-				outcome = "completed";	/* completed, or claimed by idem_claim */
-
-			if (outcome != NULL)
-			{
-				idem_stats_count(scope, strcmp(outcome, "in_progress") == 0 ?
-								 IDEM_STAT_IN_PROGRESS_CONFLICT : IDEM_STAT_DUPLICATE);
-				if (strcmp(outcome, "in_progress") != 0)
-				{
-					result = spi_col(6, &result_null);
-					if (!result_null)
-						result = SPI_datumTransfer(result, false, -1);
-				}
-				if (idem_log_duplicates)
-					ereport(LOG,
-							(errmsg("idempotency: duplicate begin of key \"%s\" in scope \"%s\", first claimed at %s, status %s",
-									text_to_cstring(key), text_to_cstring(scope),
-									idem_timestamptz_cstring(created_at), status),
-							 errhidestmt(true)));
-				break;
-			}
-		}
-
-		/* Expired, retryable or abandoned: take it over. */
-		SPI_freetuptable(SPI_tuptable);
-		citus = idem_records_citus(nsp);
-		if (citus)
-			values[7] = Int64GetDatum(nextval_internal(get_relname_relid("idem_token_seq", nsp),
-													   true));
-		if (idem_query_exec(citus ? &q_begin_takeover_citus : &q_begin_takeover,
-							nsp, values, nulls, false, 0) == 1)
-		{
-			idem_stats_count(scope, IDEM_STAT_CLAIMED);
-			idem_stats_count(scope, IDEM_STAT_TAKEOVER);
-			outcome = "acquired";
-			token = spi_col(1, &token_null);
-		}
-		else
-			SPI_freetuptable(SPI_tuptable);
+		outcome = "acquired";
+		token = spi_col(1, &token_null);
+	}
+	else if (strcmp(rec.status, IDEM_STATUS_IN_PROGRESS) == 0)
+		outcome = "in_progress";
+	else
+	{
+		/* failed, or completed (or claimed by idem_claim): replay the result */
+		outcome = strcmp(rec.status, IDEM_STATUS_FAILED) == 0 ? "failed" : "completed";
+		result = spi_col(6, &result_null);
+		if (!result_null)
+			result = SPI_datumTransfer(result, false, -1);
 	}
 
 	SPI_finish();
@@ -464,8 +396,7 @@ idem_heartbeat(PG_FUNCTION_ARGS)
 		values[4] = IntervalPGetDatum(lease);
 	}
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
+	idem_spi_connect();
 	if (idem_query_exec(&q_heartbeat, nsp, values, nulls, false, 0) == 0)
 		lease_lost(nsp, fname, scope, key, token, now, !PG_ARGISNULL(3));
 	until = DatumGetTimestampTz(spi_col(1, &isnull));
@@ -509,8 +440,7 @@ idem_finish(PG_FUNCTION_ARGS)
 	else
 		values[4] = PointerGetDatum(PG_GETARG_JSONB_P(3));
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
+	idem_spi_connect();
 	if (idem_query_exec(&q_finish, nsp, values, nulls, false, 0) == 0)
 		lease_lost(nsp, fname, scope, key, token, now, true);
 	idem_stats_count(scope, IDEM_STAT_COMPLETED);
@@ -564,8 +494,7 @@ idem_fail(PG_FUNCTION_ARGS)
 	values[5] = BoolGetDatum(PG_GETARG_BOOL(4));
 	values[6] = Int32GetDatum(idem_max_attempts);
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
+	idem_spi_connect();
 	if (idem_query_exec(&q_fail, nsp, values, nulls, false, 0) == 0)
 		lease_lost(nsp, fname, scope, key, token, now, true);
 	idem_stats_count(scope, IDEM_STAT_FAILED);
@@ -624,8 +553,7 @@ idem_await(PG_FUNCTION_ARGS)
 	values[0] = PointerGetDatum(scope);
 	values[1] = PointerGetDatum(key);
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
+	idem_spi_connect();
 
 	/* What one look allocates is freed before the next. */
 	round = AllocSetContextCreate(CurrentMemoryContext, "idem_await look",

@@ -751,8 +751,7 @@ machine_load(Oid nsp, const char *name, int len, const char *fname, bool *fresh)
 
 	values[0] = PointerGetDatum(cstring_to_text_with_len(name, len));
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
+	idem_spi_connect();
 	plan = idem_query_plan(&q_machine_load, nsp);
 	if (IsInParallelMode())
 	{
@@ -1093,8 +1092,7 @@ idem_machine_define(PG_FUNCTION_ARGS)
 	values[0] = PointerGetDatum(name);
 	values[1] = PointerGetDatum(def);
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
+	idem_spi_connect();
 	CacheInvalidateRelcacheByRelid(machines_table(nsp));
 	idem_query_exec(&q_machine_upsert, nsp, values, NULL, false, 0);
 	SPI_finish();
@@ -1124,8 +1122,7 @@ idem_machine_drop(PG_FUNCTION_ARGS)
 
 	values[0] = PointerGetDatum(name);
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
+	idem_spi_connect();
 	CacheInvalidateRelcacheByRelid(machines_table(nsp));
 
 	/*

@@ -235,3 +235,14 @@ idem_query_exec(IdemQuery *q, Oid nsp, Datum *values, const char *nulls,
 		elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(rc));
 	return (int) SPI_processed;
 }
+
+/*
+ * Connect to SPI, for every function of the extension that runs SQL.
+ * SPI_connect fails only when it is misused (a can't-happen).
+ */
+void
+idem_spi_connect(void)
+{
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+}

@@ -1,85 +1,48 @@
 /*-------------------------------------------------------------------------
  *
  * records.c
- *	  The one-phase API on the records table: idem_claim, idem_complete,
- *	  idem_lookup, idem_release and idem_purge.
+ *	  The rest of the one-phase API on the records table, after a claim
+ *	  (claim.c): idem_complete, idem_lookup, idem_release and idem_purge,
+ *	  and idem_summary, the per-scope overview of idem_records.
  *
- *	  Atomicity: every statement runs through SPI in the caller's
- *	  transaction, so a claim commits or rolls back with the business
- *	  writes around it.  No subtransaction is started.
+ *	  Atomicity: every statement here runs through SPI (query.c's prepared
+ *	  plans) in the caller's transaction, so it commits or rolls back with
+ *	  the business writes around it.  No subtransaction is started.  (The
+ *	  fast path of idem_claim, direct.c, is claim.c's concern; nothing
+ *	  here bypasses SPI.)
  *
- *	  Concurrency (idem_claim): the dedup decision is made by the primary
- *	  key of idem_records through INSERT ... ON CONFLICT DO NOTHING, i.e.
- *	  speculative insertion.  A key held by another transaction's
- *	  uncommitted insert makes the INSERT wait for that transaction (as a
- *	  unique index does, honouring lock_timeout and statement_timeout); if
- *	  it commits we see a conflict, if it aborts our insert goes in.  A
- *	  conflict is found before any heap tuple is written, so a duplicate
- *	  leaves no dead tuple, assigns no transaction id and writes no WAL.
- *	  After a conflict the row is read with a fresh snapshot (READ
- *	  COMMITTED) or the transaction snapshot (REPEATABLE READ and
- *	  SERIALIZABLE, where the INSERT itself raises 40001 if the conflicting
- *	  row was committed after the snapshot).  A row that is expired, a
- *	  retryable failure, or a lease that ran out is taken over with an
- *	  UPDATE that re-checks the same condition on the newest row version
- *	  (EvalPlanQual), so two takers cannot both win.
+ *	  Locking: idem_complete and idem_release update or delete one row by
+ *	  its primary key, waiting for a concurrent writer of that row as any
+ *	  UPDATE or DELETE does; idem_purge takes its batch FOR UPDATE SKIP
+ *	  LOCKED, so it never waits for a claim; idem_lookup and idem_summary
+ *	  only read (they work on a hot standby).
  *
  *	  Time: "now" is the wall clock at the call (GetCurrentTimestamp), not
  *	  the transaction start, so expiry is counted from the call.
  *
  *	  Memory: arguments and results are in the caller's context; SPI's
- *	  per-call memory is released by SPI_finish.
+ *	  per-call memory is released by SPI_finish, results are copied out
+ *	  with SPI_datumTransfer.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
+#include "access/htup_details.h"
 #include "catalog/pg_type.h"
 #include "funcapi.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
-#include "utils/lsyscache.h"
-#include "utils/rls.h"
 #include "utils/timestamp.h"
+#include "utils/tuplestore.h"
 
 #include "idempotency.h"
 
-PG_FUNCTION_INFO_V1(idem_claim);
-PG_FUNCTION_INFO_V1(idem_claim_default_scope);
 PG_FUNCTION_INFO_V1(idem_complete);
 PG_FUNCTION_INFO_V1(idem_lookup);
 PG_FUNCTION_INFO_V1(idem_release);
 PG_FUNCTION_INFO_V1(idem_purge);
-
-/* How often a conflicting but invisible row is retried before giving up. */
-#define CLAIM_MAX_INVISIBLE_RETRIES 10
-
-static IdemQuery q_claim_insert = {
-	"INSERT INTO @extschema@.idem_records AS r"
-	" (scope, key, status, fingerprint, created_at, updated_at, expires_at)"
-	" VALUES ($1, $2, 'claimed', $3, $4, $4, $5)"
-	" ON CONFLICT (scope, key) DO NOTHING",
-	5, {TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
-};
-
-static IdemQuery q_claim_read = {
-	"SELECT r.status, r.fingerprint, r.created_at, r.expires_at, r.locked_until"
-	" FROM @extschema@.idem_records r"
-	" WHERE r.scope OPERATOR(pg_catalog.=) $1 AND r.key OPERATOR(pg_catalog.=) $2",
-	2, {TEXTOID, TEXTOID}
-};
-
-static IdemQuery q_claim_takeover = {
-	"UPDATE @extschema@.idem_records r"
-	" SET status = 'claimed', fingerprint = $3, result = NULL,"
-	"     created_at = $4, updated_at = $4, expires_at = $5,"
-	"     locked_until = NULL, token = NULL,"
-	"     attempts = CASE WHEN r.expires_at OPERATOR(pg_catalog.<=) $4"
-	"                THEN 0 ELSE r.attempts END"
-	" WHERE r.scope OPERATOR(pg_catalog.=) $1 AND r.key OPERATOR(pg_catalog.=) $2"
-	" AND " IDEM_CLAIMABLE_SQL,
-	5, {TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
-};
+PG_FUNCTION_INFO_V1(idem_summary);
 
 static IdemQuery q_complete = {
 	"UPDATE @extschema@.idem_records r"
@@ -156,297 +119,34 @@ static IdemQuery q_purge_citus = {
 	2, {TIMESTAMPTZOID, INT4OID}
 };
 
+/* idem_summary: $1 is the caller's "now", as for expiry everywhere. */
+#define SUMMARY_COLUMNS 12
+
+static IdemQuery q_summary = {
+	"SELECT r.scope,"
+	" pg_catalog.count(*),"
+	" pg_catalog.count(*) FILTER (WHERE r.status OPERATOR(pg_catalog.=) 'claimed'),"
+	" pg_catalog.count(*) FILTER (WHERE r.status OPERATOR(pg_catalog.=) 'in_progress'),"
+	" pg_catalog.count(*) FILTER (WHERE r.status OPERATOR(pg_catalog.=) 'completed'),"
+	" pg_catalog.count(*) FILTER (WHERE r.status OPERATOR(pg_catalog.=) 'failed'),"
+	" pg_catalog.count(*) FILTER (WHERE r.status OPERATOR(pg_catalog.=) 'retryable'),"
+	" pg_catalog.count(*) FILTER (WHERE r.status OPERATOR(pg_catalog.=) 'issued'),"
+	" pg_catalog.count(*) FILTER (WHERE r.status OPERATOR(pg_catalog.=) 'consumed'),"
+	" pg_catalog.min(r.created_at),"
+	" pg_catalog.count(*) FILTER (WHERE r.expires_at OPERATOR(pg_catalog.<=) $1),"
+	" pg_catalog.count(*) FILTER (WHERE r.status OPERATOR(pg_catalog.=) 'in_progress'"
+	"   AND r.locked_until OPERATOR(pg_catalog.<=) $1"
+	"   AND r.expires_at OPERATOR(pg_catalog.>) $1)"
+	" FROM @extschema@.idem_records r"
+	" GROUP BY r.scope",
+	1, {TIMESTAMPTZOID}
+};
+
 /* Column value of the current SPI result row, or NULL. */
 static inline Datum
-spi_col(int row, int col, bool *isnull)
+spi_col(int col, bool *isnull)
 {
-	return SPI_getbinval(SPI_tuptable->vals[row], SPI_tuptable->tupdesc, col, isnull);
-}
-
-/*
- * Raise the fingerprint-mismatch error for a live record whose stored
- * digest differs from the one given.  Shared with the lease functions.
- */
-void
-idem_fingerprint_mismatch(const char *fname, text *scope, text *key,
-						  TimestampTz first_claimed)
-{
-	idem_stats_count(scope, IDEM_STAT_FINGERPRINT_MISMATCH);
-	ereport(ERROR,
-			(errcode(ERRCODE_IDEM_FINGERPRINT_MISMATCH),
-			 errmsg("%s: idempotency key reused with a different request", fname),
-			 errdetail("Key \"%s\" in scope \"%s\" was first claimed at %s with a different fingerprint.",
-					   text_to_cstring(key), text_to_cstring(scope),
-					   idem_timestamptz_cstring(first_claimed)),
-			 errhint("Use a new key for a different request, or send the same request again.")));
-}
-
-/*
- * A takeover of (scope, key) that made no progress: the UPDATE taking the
- * record over changed no row IDEM_MAX_TAKEOVER_ROUNDS times in a row,
- * although a fresh read found it claimable each time.  Row-level security
- * that lets the role see a record but not update it does that (42501);
- * otherwise a trigger on idem_records that skips updates, or other
- * transactions changing the record at every turn (40001, retry).  Shared
- * with idem_begin.
- */
-void
-idem_takeover_stuck(Oid nsp, const char *fname, text *scope, text *key)
-{
-	Oid			relid = get_relname_relid("idem_records", nsp);
-
-	if (OidIsValid(relid) && check_enable_rls(relid, InvalidOid, true) == RLS_ENABLED)
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("%s: row-level security does not let the current role take over the record for this key",
-						fname),
-				 errdetail("Key \"%s\" in scope \"%s\" has an expired, retryable or abandoned record that the role may read but not update.",
-						   text_to_cstring(key), text_to_cstring(scope)),
-				 errhint("Check the UPDATE policies on idem_records for this role and scope.")));
-	ereport(ERROR,
-			(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-			 errmsg("%s: could not take over the record for this key", fname),
-			 errdetail("Key \"%s\" in scope \"%s\" was found claimable %d times, but updating it changed no row.",
-					   text_to_cstring(key), text_to_cstring(scope), IDEM_MAX_TAKEOVER_ROUNDS),
-			 errhint("Retry the transaction; if this persists, look for a trigger on idem_records that skips updates.")));
-}
-
-/*
- * Decide a claim against an existing record: returns true when the record
- * can be taken over (expired, a retryable failure, or a lease that ran
- * out), false when the claim is a duplicate (then counted and, with
- * idempotency.log_duplicates, logged).  Raises ID001 for a live record
- * whose stored fingerprint differs from fp.
- */
-static bool
-claim_verdict(IdemRecordState *rec, text *scope, text *key, TimestampTz now,
-			  bytea *fp, const char *fname)
-{
-	bool		live = rec->expires_at > now;
-
-	if (live && fp != NULL && rec->fingerprint != NULL &&
-		!idem_bytea_equal(fp, rec->fingerprint))
-		idem_fingerprint_mismatch(fname, scope, key, rec->created_at);
-
-	if (live &&
-		strcmp(rec->status, IDEM_STATUS_RETRYABLE) != 0 &&
-		!(strcmp(rec->status, IDEM_STATUS_IN_PROGRESS) == 0 &&
-		  rec->has_lock && rec->locked_until <= now))
-	{
-		/* A duplicate. */
-		if (idem_log_duplicates)
-			ereport(LOG,
-					(errmsg("idempotency: duplicate claim of key \"%s\" in scope \"%s\", first claimed at %s, status %s",
-							text_to_cstring(key), text_to_cstring(scope),
-							idem_timestamptz_cstring(rec->created_at), rec->status),
-					 errhidestmt(true)));
-		idem_stats_count(scope, strcmp(rec->status, IDEM_STATUS_IN_PROGRESS) == 0 ?
-						 IDEM_STAT_IN_PROGRESS_CONFLICT : IDEM_STAT_DUPLICATE);
-		return false;
-	}
-	return true;
-}
-
-/* The answer of idem_claim_direct for what the fast path did. */
-static int
-direct_outcome(IdemDirectResult result, IdemRecordState *rec, text *scope,
-			   text *key, TimestampTz now, bytea *fp, const char *fname)
-{
-	switch (result)
-	{
-		case IDEM_DIRECT_INSERTED:
-			idem_stats_count(scope, IDEM_STAT_CLAIMED);
-			return 1;
-		case IDEM_DIRECT_CONFLICT:
-			return claim_verdict(rec, scope, key, now, fp, fname) ? -1 : 0;
-		case IDEM_DIRECT_DECLINED:
-			break;
-	}
-	return -1;
-}
-
-/*
- * The fast path of a claim (direct.c), without SPI: 1 when this transaction
- * now owns the key, 0 for a duplicate, -1 when undecided (the fast path
- * does not apply, or the record must be taken over): then the SPI path
- * decides.  Errors as idem_claim.
- */
-int
-idem_claim_direct(Oid nsp, text *scope, text *key, TimestampTz now,
-				  TimestampTz expires, bytea *fp, const char *fname)
-{
-	IdemRecordState rec;
-
-	return direct_outcome(idem_direct_claim(nsp, scope, key, now, expires, fp, &rec),
-						  &rec, scope, key, now, fp, fname);
-}
-
-/*
- * idem_claim_direct through a fast path d that the caller opened (and
- * closes, also after an error here: the transaction's abort releases it).
- */
-int
-idem_claim_direct_in(IdemDirect *d, text *scope, text *key, TimestampTz now,
-					 TimestampTz expires, bytea *fp, const char *fname)
-{
-	IdemRecordState rec;
-
-	return direct_outcome(idem_direct_claim_key(d, scope, key, now, expires, fp, &rec),
-						  &rec, scope, key, now, fp, fname);
-}
-
-/*
- * Claim one (scope, key) for the current transaction through SPI: the
- * heart of idem_claim, shared with idem_claim_many.  The caller has
- * validated the arguments, checked the transaction is writable and called
- * SPI_connect.  now and expires are the call's clock and the new record's
- * expiry; fp is the fingerprint digest or NULL.  Returns true when this
- * transaction now owns the key, false for a duplicate.  Errors as
- * idem_claim; a takeover that makes no progress in IDEM_MAX_TAKEOVER_ROUNDS
- * rounds raises idem_takeover_stuck's error.
- */
-bool
-idem_claim_one(Oid nsp, text *scope, text *key, TimestampTz now,
-			   TimestampTz expires, bytea *fp, const char *fname)
-{
-	Datum		values[5];
-	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
-	int			invisible = 0;
-	int			rounds = 0;
-
-	values[0] = PointerGetDatum(scope);
-	values[1] = PointerGetDatum(key);
-	values[2] = PointerGetDatum(fp);
-	if (fp == NULL)
-		nulls[2] = 'n';
-	values[3] = TimestampTzGetDatum(now);
-	values[4] = TimestampTzGetDatum(expires);
-
-	for (;;)
-	{
-		bool		isnull;
-		Datum		d;
-		IdemRecordState rec;
-
-		CHECK_FOR_INTERRUPTS();
-		if (++rounds > IDEM_MAX_TAKEOVER_ROUNDS)
-			idem_takeover_stuck(nsp, fname, scope, key);
-
-		if (idem_query_exec(&q_claim_insert, nsp, values, nulls, false, 0) == 1)
-		{
-			idem_stats_count(scope, IDEM_STAT_CLAIMED);
-			return true;
-		}
-
-		/* The key exists (or existed a moment ago): read it. */
-		if (idem_query_exec(&q_claim_read, nsp, values, NULL, false, 1) == 0)
-		{
-			/*
-			 * Deleted since the INSERT saw it, or hidden from this role by
-			 * row-level security.  Retry a bounded number of times.
-			 */
-			if (++invisible > CLAIM_MAX_INVISIBLE_RETRIES)
-				ereport(ERROR,
-						(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-						 errmsg("%s: a record for this key exists but is not visible to the current role",
-								fname),
-						 errdetail("Key \"%s\" in scope \"%s\" is held by a row that row-level security hides.",
-								   text_to_cstring(key), text_to_cstring(scope)),
-						 errhint("Check the row-level security policies on idem_records.")));
-			continue;
-		}
-
-		rec.status = TextDatumGetCString(spi_col(0, 1, &isnull));
-		d = spi_col(0, 2, &isnull);
-		rec.fingerprint = isnull ? NULL : DatumGetByteaPP(d);
-		rec.created_at = DatumGetTimestampTz(spi_col(0, 3, &isnull));
-		rec.expires_at = DatumGetTimestampTz(spi_col(0, 4, &isnull));
-		rec.locked_until = DatumGetTimestampTz(spi_col(0, 5, &isnull));
-		rec.has_lock = !isnull;
-
-		if (!claim_verdict(&rec, scope, key, now, fp, fname))
-			return false;
-		SPI_freetuptable(SPI_tuptable);
-
-		/* Expired, retryable or abandoned: take it over. */
-		if (idem_query_exec(&q_claim_takeover, nsp, values, nulls, false, 0) == 1)
-		{
-			idem_stats_count(scope, IDEM_STAT_CLAIMED);
-			idem_stats_count(scope, IDEM_STAT_TAKEOVER);
-			return true;
-		}
-		/* Somebody else changed it first; look again. */
-	}
-}
-
-/* The body of both idem_claim variants. */
-static bool
-claim_internal(FunctionCallInfo fcinfo, text *scope, text *key,
-			   int ttl_argno, int fp_argno)
-{
-	const char *fname = "idem_claim";
-	Oid			nsp = idem_extension_schema(fcinfo);
-	TimestampTz now;
-	TimestampTz expires;
-	bytea	   *fp;
-	bool		claimed;
-
-	idem_check_writable(fname);
-
-	now = GetCurrentTimestamp();
-	expires = idem_expiry(fcinfo, ttl_argno, now, fname);
-	fp = idem_fingerprint_digest(fcinfo, fp_argno);
-
-	/* Most claims are decided without SPI. */
-	switch (idem_claim_direct(nsp, scope, key, now, expires, fp, fname))
-	{
-		case 1:
-			return true;
-		case 0:
-			return false;
-	}
-
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	claimed = idem_claim_one(nsp, scope, key, now, expires, fp, fname);
-	SPI_finish();
-	return claimed;
-}
-
-/*
- * idem_claim(scope text, key text, ttl interval DEFAULT NULL,
- *            fingerprint text DEFAULT NULL) RETURNS boolean
- *
- * True when the calling transaction now owns (scope, key); false for a
- * duplicate.  Fails with 22004 (NULL scope or key), 22023 (empty key,
- * ttl not positive), 22001 (key or scope too long), 22008 (ttl overflows
- * the timestamp range), 25006 (read-only transaction), ID001 (live key
- * claimed with a different fingerprint), 40001 (REPEATABLE READ or
- * SERIALIZABLE and a conflicting record committed after the snapshot),
- * 55P03/57014 (lock_timeout/statement_timeout while waiting).
- */
-Datum
-idem_claim(PG_FUNCTION_ARGS)
-{
-	text	   *scope = idem_arg_scope(fcinfo, 0, "idem_claim");
-	text	   *key = idem_arg_key(fcinfo, 1, "idem_claim");
-
-	PG_RETURN_BOOL(claim_internal(fcinfo, scope, key, 2, 3));
-}
-
-/*
- * idem_claim(key text) RETURNS boolean
- *
- * idem_claim('', key): the default scope, default ttl, no fingerprint.
- * Fails as idem_claim above.
- */
-Datum
-idem_claim_default_scope(PG_FUNCTION_ARGS)
-{
-	text	   *key = idem_arg_key(fcinfo, 0, "idem_claim");
-	text	   *scope = cstring_to_text("");
-
-	PG_RETURN_BOOL(claim_internal(fcinfo, scope, key, -1, -1));
+	return SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, col, isnull);
 }
 
 /*
@@ -483,8 +183,7 @@ idem_complete(PG_FUNCTION_ARGS)
 		values[2] = PointerGetDatum(PG_GETARG_JSONB_P(2));
 	values[3] = TimestampTzGetDatum(now);
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
+	idem_spi_connect();
 
 	if (idem_query_exec(&q_complete, nsp, values, nulls, false, 0) == 0)
 	{
@@ -492,7 +191,7 @@ idem_complete(PG_FUNCTION_ARGS)
 		bool		isnull;
 
 		if (idem_query_exec(&q_status, nsp, svalues, NULL, false, 1) == 0 ||
-			!DatumGetBool(spi_col(0, 2, &isnull)))
+			!DatumGetBool(spi_col(2, &isnull)))
 			ereport(ERROR,
 					(errcode(ERRCODE_IDEM_NO_RECORD),
 					 errmsg("%s: no live idempotency record", fname),
@@ -504,7 +203,7 @@ idem_complete(PG_FUNCTION_ARGS)
 				 errmsg("%s: idempotency record is not claimed", fname),
 				 errdetail("Key \"%s\" in scope \"%s\" has status \"%s\".",
 						   text_to_cstring(key), text_to_cstring(scope),
-						   TextDatumGetCString(spi_col(0, 1, &isnull))),
+						   TextDatumGetCString(spi_col(1, &isnull))),
 				 errhint("Only a record claimed with idem_claim() can be completed; a leased record is finished with idem_finish().")));
 	}
 	idem_stats_count(scope, IDEM_STAT_COMPLETED);
@@ -534,12 +233,11 @@ idem_lookup(PG_FUNCTION_ARGS)
 	values[1] = PointerGetDatum(key);
 	values[2] = TimestampTzGetDatum(GetCurrentTimestamp());
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
+	idem_spi_connect();
 
 	if (idem_query_exec(&q_lookup, nsp, values, NULL, true, 1) == 1)
 	{
-		result = spi_col(0, 1, &isnull);
+		result = spi_col(1, &isnull);
 		if (!isnull)
 			result = SPI_datumTransfer(result, false, -1);
 	}
@@ -576,11 +274,10 @@ idem_release(PG_FUNCTION_ARGS)
 	values[1] = PointerGetDatum(key);
 	values[2] = TimestampTzGetDatum(GetCurrentTimestamp());
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
+	idem_spi_connect();
 
 	if (idem_query_exec(&q_release, nsp, values, NULL, false, 0) == 1)
-		removed = DatumGetBool(spi_col(0, 1, &isnull));
+		removed = DatumGetBool(spi_col(1, &isnull));
 	else if (idem_query_exec(&q_leased, nsp, values, NULL, false, 1) == 1)
 	{
 		/*
@@ -634,12 +331,58 @@ idem_purge(PG_FUNCTION_ARGS)
 	values[0] = TimestampTzGetDatum(GetCurrentTimestamp());
 	values[1] = Int32GetDatum(batch);
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
+	idem_spi_connect();
 	n = idem_query_exec(idem_records_citus(nsp) ? &q_purge_citus : &q_purge,
 						nsp, values, NULL, false, 0);
 	idem_stats_count_rows(IDEM_STAT_PURGED);
 	SPI_finish();
 
 	PG_RETURN_INT64((int64) n);
+}
+
+/*
+ * idem_summary(OUT scope text, OUT records bigint, OUT claimed bigint,
+ *              OUT in_progress bigint, OUT completed bigint,
+ *              OUT failed bigint, OUT retryable bigint, OUT issued bigint,
+ *              OUT consumed bigint, OUT oldest_created_at timestamptz,
+ *              OUT expired bigint, OUT stuck bigint) RETURNS SETOF record
+ *
+ * One row per scope of idem_records: rows by status (expired rows
+ * included), the oldest created_at, rows expired and awaiting purge, and
+ * in-progress rows whose lease ran out (stuck work nobody has taken over).
+ * Scans the whole table, as the caller: needs no shared_preload_libraries,
+ * but SELECT on idem_records, and row-level security applies.  Fails with
+ * 42501 without that privilege, 0A000 where a set cannot be accepted.
+ */
+Datum
+idem_summary(PG_FUNCTION_ARGS)
+{
+	const char *fname = "idem_summary";
+	Oid			nsp = idem_extension_schema(fcinfo);
+	ReturnSetInfo *rsinfo;
+	Datum		arg[1];
+	uint64		i;
+
+	rsinfo = idem_srf_begin(fcinfo, fname, SUMMARY_COLUMNS);
+
+	arg[0] = TimestampTzGetDatum(GetCurrentTimestamp());
+
+	idem_spi_connect();
+	(void) idem_query_exec(&q_summary, nsp, arg, NULL, true, 0);
+	if (SPI_tuptable->tupdesc->natts != SUMMARY_COLUMNS)
+		elog(ERROR, "%s: query returned %d columns", fname,
+			 SPI_tuptable->tupdesc->natts);
+	for (i = 0; i < SPI_processed; i++)
+	{
+		Datum		values[SUMMARY_COLUMNS];
+		bool		nulls[SUMMARY_COLUMNS];
+
+		heap_deform_tuple(SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
+						  values, nulls);
+		/* Copies the values into the tuplestore's memory. */
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	SPI_finish();
+
+	return (Datum) 0;
 }

@@ -4,8 +4,8 @@
  *	  Statistics of idempotency outcomes per (database, scope): the
  *	  shared-memory counters behind the idem_stats view, the per-backend
  *	  pending counts that feed them, and the SQL-callable idem_stats() and
- *	  idem_stats_reset(); and idem_summary(), which needs none of that: it
- *	  aggregates idem_records as the calling role.
+ *	  idem_stats_reset().  (idem_summary, which needs none of this and only
+ *	  aggregates idem_records as the calling role, is in records.c.)
  *
  *	  Availability: the counters live in shared memory, so they exist only
  *	  when the library is in shared_preload_libraries (stats_active).
@@ -57,9 +57,8 @@
  *	  transaction.  The flush at commit must not fail (an error once the
  *	  commit record is written can become a PANIC): it allocates nothing,
  *	  creates shared entries with HASH_ENTER_NULL, and falls back to the
- *	  overflow entry.  idem_stats and idem_summary materialize their rows
- *	  in a tuplestore in the query's per-query context (idem_summary copies
- *	  them out of SPI's memory before SPI_finish).
+ *	  overflow entry.  idem_stats materializes its rows in a tuplestore in
+ *	  the query's per-query context (idem_srf_begin).
  *
  *-------------------------------------------------------------------------
  */
@@ -87,7 +86,6 @@
 
 PG_FUNCTION_INFO_V1(idem_stats);
 PG_FUNCTION_INFO_V1(idem_stats_reset);
-PG_FUNCTION_INFO_V1(idem_summary);
 
 #define STATS_TRANCHE		"idempotency"
 #define OVERFLOW_SCOPE		"*"
@@ -149,29 +147,6 @@ typedef struct PendingEntry
 } PendingEntry;
 
 static HTAB *pending = NULL;
-
-/* idem_summary: $1 is the caller's "now", as for expiry everywhere. */
-#define SUMMARY_COLUMNS 12
-
-static IdemQuery q_summary = {
-	"SELECT r.scope,"
-	" pg_catalog.count(*),"
-	" pg_catalog.count(*) FILTER (WHERE r.status OPERATOR(pg_catalog.=) 'claimed'),"
-	" pg_catalog.count(*) FILTER (WHERE r.status OPERATOR(pg_catalog.=) 'in_progress'),"
-	" pg_catalog.count(*) FILTER (WHERE r.status OPERATOR(pg_catalog.=) 'completed'),"
-	" pg_catalog.count(*) FILTER (WHERE r.status OPERATOR(pg_catalog.=) 'failed'),"
-	" pg_catalog.count(*) FILTER (WHERE r.status OPERATOR(pg_catalog.=) 'retryable'),"
-	" pg_catalog.count(*) FILTER (WHERE r.status OPERATOR(pg_catalog.=) 'issued'),"
-	" pg_catalog.count(*) FILTER (WHERE r.status OPERATOR(pg_catalog.=) 'consumed'),"
-	" pg_catalog.min(r.created_at),"
-	" pg_catalog.count(*) FILTER (WHERE r.expires_at OPERATOR(pg_catalog.<=) $1),"
-	" pg_catalog.count(*) FILTER (WHERE r.status OPERATOR(pg_catalog.=) 'in_progress'"
-	"   AND r.locked_until OPERATOR(pg_catalog.<=) $1"
-	"   AND r.expires_at OPERATOR(pg_catalog.>) $1)"
-	" FROM @extschema@.idem_records r"
-	" GROUP BY r.scope",
-	1, {TIMESTAMPTZOID}
-};
 
 static idem_shmem_request_fn prev_shmem_request = NULL;
 static shmem_startup_hook_type prev_shmem_startup = NULL;
@@ -542,38 +517,20 @@ Datum
 idem_stats(PG_FUNCTION_ARGS)
 {
 	const char *fname = "idem_stats";
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	ReturnSetInfo *rsinfo;
 	TupleDesc	tupdesc;
 	Tuplestorestate *tupstore;
-	MemoryContext oldcxt;
 	HASH_SEQ_STATUS seq;
 	StatsEntry *e;
 	TimestampTz reset;
 	bool		all_databases;
 
-	if (rsinfo == NULL || !IsA(rsinfo, ReturnSetInfo) ||
-		(rsinfo->allowedModes & SFRM_Materialize) == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("%s: set-valued function called in context that cannot accept a set",
-						fname)));
+	rsinfo = idem_srf_begin(fcinfo, fname, 3 + IDEM_STAT_NKINDS);
 	stats_check_available(fname);
-
-	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
-		elog(ERROR, "%s: return type must be a row type", fname);
-	if (tupdesc->natts != 3 + IDEM_STAT_NKINDS)
-		elog(ERROR, "%s: expected %d result columns, got %d",
-			 fname, 3 + IDEM_STAT_NKINDS, tupdesc->natts);
+	tupdesc = rsinfo->setDesc;
+	tupstore = rsinfo->setResult;
 
 	all_databases = has_privs_of_role(GetUserId(), ROLE_PG_READ_ALL_STATS);
-
-	oldcxt = MemoryContextSwitchTo(rsinfo->econtext->ecxt_per_query_memory);
-	tupdesc = CreateTupleDescCopy(tupdesc);
-	tupstore = tuplestore_begin_heap(true, false, work_mem);
-	rsinfo->returnMode = SFRM_Materialize;
-	rsinfo->setResult = tupstore;
-	rsinfo->setDesc = tupdesc;
-	MemoryContextSwitchTo(oldcxt);
 
 	LWLockAcquire(stats_shared->lock, LW_SHARED);
 	reset = stats_shared->stats_reset;
@@ -643,73 +600,4 @@ idem_stats_reset(PG_FUNCTION_ARGS)
 	LWLockRelease(stats_shared->lock);
 
 	PG_RETURN_TIMESTAMPTZ(now);
-}
-
-/*
- * idem_summary(OUT scope text, OUT records bigint, OUT claimed bigint,
- *              OUT in_progress bigint, OUT completed bigint,
- *              OUT failed bigint, OUT retryable bigint, OUT issued bigint,
- *              OUT consumed bigint, OUT oldest_created_at timestamptz,
- *              OUT expired bigint, OUT stuck bigint) RETURNS SETOF record
- *
- * One row per scope of idem_records: rows by status (expired rows
- * included), the oldest created_at, rows expired and awaiting purge, and
- * in-progress rows whose lease ran out (stuck work nobody has taken over).
- * Scans the whole table, as the caller: needs no shared_preload_libraries,
- * but SELECT on idem_records, and row-level security applies.  Fails with
- * 42501 without that privilege, 0A000 where a set cannot be accepted.
- */
-Datum
-idem_summary(PG_FUNCTION_ARGS)
-{
-	const char *fname = "idem_summary";
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	Oid			nsp = idem_extension_schema(fcinfo);
-	TupleDesc	tupdesc;
-	Tuplestorestate *tupstore;
-	MemoryContext oldcxt;
-	Datum		arg[1];
-	uint64		i;
-
-	if (rsinfo == NULL || !IsA(rsinfo, ReturnSetInfo) ||
-		(rsinfo->allowedModes & SFRM_Materialize) == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("%s: set-valued function called in context that cannot accept a set",
-						fname)));
-	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
-		elog(ERROR, "%s: return type must be a row type", fname);
-	if (tupdesc->natts != SUMMARY_COLUMNS)
-		elog(ERROR, "%s: expected %d result columns, got %d",
-			 fname, SUMMARY_COLUMNS, tupdesc->natts);
-
-	oldcxt = MemoryContextSwitchTo(rsinfo->econtext->ecxt_per_query_memory);
-	tupdesc = CreateTupleDescCopy(tupdesc);
-	tupstore = tuplestore_begin_heap(true, false, work_mem);
-	rsinfo->returnMode = SFRM_Materialize;
-	rsinfo->setResult = tupstore;
-	rsinfo->setDesc = tupdesc;
-	MemoryContextSwitchTo(oldcxt);
-
-	arg[0] = TimestampTzGetDatum(GetCurrentTimestamp());
-
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	(void) idem_query_exec(&q_summary, nsp, arg, NULL, true, 0);
-	if (SPI_tuptable->tupdesc->natts != SUMMARY_COLUMNS)
-		elog(ERROR, "%s: query returned %d columns", fname,
-			 SPI_tuptable->tupdesc->natts);
-	for (i = 0; i < SPI_processed; i++)
-	{
-		Datum		values[SUMMARY_COLUMNS];
-		bool		nulls[SUMMARY_COLUMNS];
-
-		heap_deform_tuple(SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
-						  values, nulls);
-		/* Copies the values into the tuplestore's memory. */
-		tuplestore_putvalues(tupstore, tupdesc, values, nulls);
-	}
-	SPI_finish();
-
-	return (Datum) 0;
 }

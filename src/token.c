@@ -170,8 +170,7 @@ idem_token_issue(PG_FUNCTION_ARGS)
 	values[2] = TimestampTzGetDatum(now);
 	values[3] = TimestampTzGetDatum(expires);
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
+	idem_spi_connect();
 	for (attempt = 0;; attempt++)
 	{
 		if (attempt == TOKEN_MAX_ATTEMPTS)
@@ -213,8 +212,7 @@ idem_token_consume(PG_FUNCTION_ARGS)
 	values[1] = PointerGetDatum(token);
 	values[2] = TimestampTzGetDatum(GetCurrentTimestamp());
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
+	idem_spi_connect();
 	consumed = idem_query_exec(&q_token_consume, nsp, values, NULL, false, 0) == 1;
 	SPI_finish();
 

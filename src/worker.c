@@ -565,8 +565,7 @@ purge_round(PurgeSlot *slot, const char *dbname)
 
 		SetCurrentStatementStartTimestamp();
 		StartTransactionCommand();
-		if (SPI_connect() != SPI_OK_CONNECT)
-			elog(ERROR, "SPI_connect failed");
+		idem_spi_connect();
 		PushActiveSnapshot(GetTransactionSnapshot());
 		pgstat_report_activity(STATE_RUNNING,
 							   psprintf("SELECT idem_purge(%d)", batch));

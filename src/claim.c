@@ -1,0 +1,438 @@
+/*-------------------------------------------------------------------------
+ *
+ * claim.c
+ *	  The one owner of "decide one key": idem_claim, and the decision that
+ *	  idem_claim_many (batch.c) and idem_begin (lease.c) share with it.
+ *	  The callers differ only in their statements (an IdemClaimPlan) and
+ *	  in how they map the outcome to their answer.
+ *
+ *	  Order of a claim:
+ *	  1. The fast path (direct.c, idem_claim and idem_claim_many only):
+ *	     the executor's speculative insertion called without SPI.  It
+ *	     inserts the record, finds a conflicting one (then decided here by
+ *	     claim_verdict), or declines.
+ *	  2. The SPI path, idem_claim_spi: INSERT ... ON CONFLICT DO NOTHING;
+ *	     on a conflict, read the record; a live one is a duplicate (or
+ *	     ID001 for another fingerprint); an expired, retryable or abandoned
+ *	     one is taken over by an UPDATE whose WHERE re-checks the takeover
+ *	     condition (IDEM_CLAIMABLE_SQL) on the newest row version
+ *	     (EvalPlanQual), so two takers cannot both win.  A takeover that
+ *	     changes no row IDEM_MAX_TAKEOVER_ROUNDS times in a row gives up
+ *	     (idem_takeover_stuck); a record that the read cannot see is
+ *	     retried CLAIM_MAX_INVISIBLE_RETRIES times, then 42501.
+ *	  3. The verdict, duplicate logging (idempotency.log_duplicates) and
+ *	     the statistics (claimed, takeover, duplicate, in-progress
+ *	     conflict, fingerprint mismatch) are counted here and nowhere else
+ *	     for a single key; batch.c counts its set-based step 1 with the
+ *	     same helpers.
+ *
+ *	  Atomicity: every statement runs in the caller's transaction (through
+ *	  SPI, or the executor directly), so a claim commits or rolls back
+ *	  with the business writes around it.  No subtransaction is started.
+ *
+ *	  Locking and visibility: the dedup decision is made by the primary
+ *	  key of idem_records, i.e. speculative insertion.  A key held by
+ *	  another transaction's uncommitted insert makes the INSERT (or the
+ *	  fast path's probe) wait for that transaction, honouring lock_timeout
+ *	  and statement_timeout; if it commits we see a conflict, if it aborts
+ *	  our insert goes in.  A conflict is found before any heap tuple is
+ *	  written, so a duplicate leaves no dead tuple, assigns no transaction
+ *	  id and writes no WAL.  After a conflict the row is read with a fresh
+ *	  snapshot (READ COMMITTED) or the transaction snapshot (REPEATABLE
+ *	  READ and SERIALIZABLE, where the INSERT itself raises 40001 if the
+ *	  conflicting row was committed after the snapshot).
+ *
+ *	  Time: "now" is the wall clock at the call (GetCurrentTimestamp), not
+ *	  the transaction start, so expiry is counted from the call.
+ *
+ *	  Memory: arguments and results are in the caller's context; SPI's
+ *	  per-call memory is released by the caller's SPI_finish.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/rls.h"
+#include "utils/timestamp.h"
+
+#include "idempotency.h"
+
+PG_FUNCTION_INFO_V1(idem_claim);
+PG_FUNCTION_INFO_V1(idem_claim_default_scope);
+
+/* How often a conflicting but invisible row is retried before giving up. */
+#define CLAIM_MAX_INVISIBLE_RETRIES 10
+
+static IdemQuery q_claim_insert = {
+	"INSERT INTO @extschema@.idem_records AS r"
+	" (scope, key, status, fingerprint, created_at, updated_at, expires_at)"
+	" VALUES ($1, $2, 'claimed', $3, $4, $4, $5)"
+	" ON CONFLICT (scope, key) DO NOTHING",
+	5, {TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
+};
+
+static IdemQuery q_claim_read = {
+	"SELECT r.status, r.fingerprint, r.created_at, r.expires_at, r.locked_until"
+	" FROM @extschema@.idem_records r"
+	" WHERE r.scope OPERATOR(pg_catalog.=) $1 AND r.key OPERATOR(pg_catalog.=) $2",
+	2, {TEXTOID, TEXTOID}
+};
+
+static IdemQuery q_claim_takeover = {
+	"UPDATE @extschema@.idem_records r"
+	" SET status = 'claimed', fingerprint = $3, result = NULL,"
+	"     created_at = $4, updated_at = $4, expires_at = $5,"
+	"     locked_until = NULL, token = NULL,"
+	"     attempts = CASE WHEN r.expires_at OPERATOR(pg_catalog.<=) $4"
+	"                THEN 0 ELSE r.attempts END"
+	" WHERE r.scope OPERATOR(pg_catalog.=) $1 AND r.key OPERATOR(pg_catalog.=) $2"
+	" AND " IDEM_CLAIMABLE_SQL,
+	5, {TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
+};
+
+/* idem_claim's statements for idem_claim_spi. */
+static const IdemClaimPlan claim_plan = {
+	&q_claim_insert, &q_claim_read, &q_claim_takeover, NULL, "claim"
+};
+
+/*
+ * Raise the fingerprint-mismatch error (ID001) for a live record whose
+ * stored digest differs from the one given.
+ */
+void
+idem_fingerprint_mismatch(const char *fname, text *scope, text *key,
+						  TimestampTz first_claimed)
+{
+	idem_stats_count(scope, IDEM_STAT_FINGERPRINT_MISMATCH);
+	ereport(ERROR,
+			(errcode(ERRCODE_IDEM_FINGERPRINT_MISMATCH),
+			 errmsg("%s: idempotency key reused with a different request", fname),
+			 errdetail("Key \"%s\" in scope \"%s\" was first claimed at %s with a different fingerprint.",
+					   text_to_cstring(key), text_to_cstring(scope),
+					   idem_timestamptz_cstring(first_claimed)),
+			 errhint("Use a new key for a different request, or send the same request again.")));
+}
+
+/*
+ * A takeover of (scope, key) that made no progress: the UPDATE taking the
+ * record over changed no row IDEM_MAX_TAKEOVER_ROUNDS times in a row,
+ * although a fresh read found it claimable each time.  Row-level security
+ * that lets the role see a record but not update it does that (42501);
+ * otherwise a trigger on idem_records that skips updates, or other
+ * transactions changing the record at every turn (40001, retry).
+ */
+void
+idem_takeover_stuck(Oid nsp, const char *fname, text *scope, text *key)
+{
+	Oid			relid = get_relname_relid("idem_records", nsp);
+
+	if (OidIsValid(relid) && check_enable_rls(relid, InvalidOid, true) == RLS_ENABLED)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("%s: row-level security does not let the current role take over the record for this key",
+						fname),
+				 errdetail("Key \"%s\" in scope \"%s\" has an expired, retryable or abandoned record that the role may read but not update.",
+						   text_to_cstring(key), text_to_cstring(scope)),
+				 errhint("Check the UPDATE policies on idem_records for this role and scope.")));
+	ereport(ERROR,
+			(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+			 errmsg("%s: could not take over the record for this key", fname),
+			 errdetail("Key \"%s\" in scope \"%s\" was found claimable %d times, but updating it changed no row.",
+					   text_to_cstring(key), text_to_cstring(scope), IDEM_MAX_TAKEOVER_ROUNDS),
+			 errhint("Retry the transaction; if this persists, look for a trigger on idem_records that skips updates.")));
+}
+
+/* The counter a duplicate with this status goes to. */
+IdemStatKind
+idem_duplicate_stat(const char *status)
+{
+	return strcmp(status, IDEM_STATUS_IN_PROGRESS) == 0 ?
+		IDEM_STAT_IN_PROGRESS_CONFLICT : IDEM_STAT_DUPLICATE;
+}
+
+/*
+ * With idempotency.log_duplicates, log that a call ("claim", "begin")
+ * met the live record of (scope, key).  Shared with idem_claim_many.
+ */
+void
+idem_log_duplicate(const char *verb, text *scope, text *key,
+				   TimestampTz first_claimed, const char *status)
+{
+	if (idem_log_duplicates)
+		ereport(LOG,
+				(errmsg("idempotency: duplicate %s of key \"%s\" in scope \"%s\", first claimed at %s, status %s",
+						verb, text_to_cstring(key), text_to_cstring(scope),
+						idem_timestamptz_cstring(first_claimed), status),
+				 errhidestmt(true)));
+}
+
+/*
+ * Decide a claim against an existing record: returns true when the record
+ * can be taken over (expired, a retryable failure, or a lease that ran
+ * out), false when the claim is a duplicate (then counted and logged).
+ * Raises ID001 for a live record whose stored fingerprint differs from fp.
+ * A NULL locked_until holds an in_progress record until it expires.
+ */
+static bool
+claim_verdict(IdemRecordState *rec, text *scope, text *key, TimestampTz now,
+			  bytea *fp, const char *fname, const char *verb)
+{
+	bool		live = rec->expires_at > now;
+
+	if (live && fp != NULL && rec->fingerprint != NULL &&
+		!idem_bytea_equal(fp, rec->fingerprint))
+		idem_fingerprint_mismatch(fname, scope, key, rec->created_at);
+
+	if (live &&
+		strcmp(rec->status, IDEM_STATUS_RETRYABLE) != 0 &&
+		!(strcmp(rec->status, IDEM_STATUS_IN_PROGRESS) == 0 &&
+		  rec->has_lock && rec->locked_until <= now))
+	{
+		idem_log_duplicate(verb, scope, key, rec->created_at,
+						   rec->status);
+		idem_stats_count(scope, idem_duplicate_stat(rec->status));
+		return false;
+	}
+	return true;
+}
+
+/* The answer of idem_claim_direct for what the fast path did. */
+static int
+direct_outcome(IdemDirectResult result, IdemRecordState *rec, text *scope,
+			   text *key, TimestampTz now, bytea *fp, const char *fname)
+{
+	switch (result)
+	{
+		case IDEM_DIRECT_INSERTED:
+			idem_stats_count(scope, IDEM_STAT_CLAIMED);
+			return 1;
+		case IDEM_DIRECT_CONFLICT:
+			return claim_verdict(rec, scope, key, now, fp, fname, "claim") ? -1 : 0;
+		case IDEM_DIRECT_DECLINED:
+			break;
+	}
+	return -1;
+}
+
+/*
+ * The fast path of a claim (direct.c), without SPI: 1 when this transaction
+ * now owns the key, 0 for a duplicate, -1 when undecided (the fast path
+ * does not apply, or the record must be taken over): then the SPI path
+ * decides.  Errors as idem_claim.
+ */
+int
+idem_claim_direct(Oid nsp, text *scope, text *key, TimestampTz now,
+				  TimestampTz expires, bytea *fp, const char *fname)
+{
+	IdemRecordState rec;
+
+	return direct_outcome(idem_direct_claim(nsp, scope, key, now, expires, fp, &rec),
+						  &rec, scope, key, now, fp, fname);
+}
+
+/*
+ * idem_claim_direct through a fast path d that the caller opened (and
+ * closes, also after an error here: the transaction's abort releases it).
+ */
+int
+idem_claim_direct_in(IdemDirect *d, text *scope, text *key, TimestampTz now,
+					 TimestampTz expires, bytea *fp, const char *fname)
+{
+	IdemRecordState rec;
+
+	return direct_outcome(idem_direct_claim_key(d, scope, key, now, expires, fp, &rec),
+						  &rec, scope, key, now, fp, fname);
+}
+
+/* Column col of the first row of the current SPI result, or NULL. */
+static inline Datum
+spi_col(int col, bool *isnull)
+{
+	return SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, col, isnull);
+}
+
+/*
+ * Decide (scope, key) through SPI with the statements of plan: insert,
+ * else read, else take over, until one decides.  values and nulls are the
+ * statements' parameters ($1 scope, $2 key, $3 fingerprint digest, $4
+ * now, then the plan's own); fp is the digest or NULL.  The caller has
+ * checked the arguments and that the transaction is writable, and is
+ * connected to SPI.
+ *
+ * IDEM_CLAIM_ACQUIRED: the record was inserted or taken over (counted);
+ * SPI_tuptable holds what that statement returned.  IDEM_CLAIM_DUPLICATE:
+ * a live record answers the call (counted and logged); *rec is its state
+ * and SPI_tuptable the read's row, whose further columns the caller may
+ * read.  Errors: ID001, 42501 for a record row-level security hides,
+ * idem_takeover_stuck's, and those of the statements.
+ */
+IdemClaimOutcome
+idem_claim_spi(const IdemClaimPlan *plan, Oid nsp, text *scope, text *key,
+			   Datum *values, const char *nulls, TimestampTz now, bytea *fp,
+			   const char *fname, IdemRecordState *rec)
+{
+	int			invisible = 0;
+	int			rounds = 0;
+
+	for (;;)
+	{
+		bool		isnull;
+		Datum		d;
+		IdemQuery  *takeover;
+
+		CHECK_FOR_INTERRUPTS();
+		if (++rounds > IDEM_MAX_TAKEOVER_ROUNDS)
+			idem_takeover_stuck(nsp, fname, scope, key);
+
+		if (idem_query_exec(plan->insert, nsp, values, nulls, false, 0) == 1)
+		{
+			idem_stats_count(scope, IDEM_STAT_CLAIMED);
+			return IDEM_CLAIM_ACQUIRED;
+		}
+		SPI_freetuptable(SPI_tuptable);
+
+		/* The key exists (or existed a moment ago): read it. */
+		if (idem_query_exec(plan->read, nsp, values, NULL, false, 1) == 0)
+		{
+			/*
+			 * Deleted since the INSERT saw it, or hidden from this role by
+			 * row-level security.  Retry a bounded number of times.
+			 */
+			if (++invisible > CLAIM_MAX_INVISIBLE_RETRIES)
+				ereport(ERROR,
+						(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+						 errmsg("%s: a record for this key exists but is not visible to the current role",
+								fname),
+						 errdetail("Key \"%s\" in scope \"%s\" is held by a row that row-level security hides.",
+								   text_to_cstring(key), text_to_cstring(scope)),
+						 errhint("Check the row-level security policies on idem_records.")));
+			continue;
+		}
+
+		rec->status = TextDatumGetCString(spi_col(1, &isnull));
+		d = spi_col(2, &isnull);
+		rec->fingerprint = isnull ? NULL : DatumGetByteaPP(d);
+		rec->created_at = DatumGetTimestampTz(spi_col(3, &isnull));
+		rec->expires_at = DatumGetTimestampTz(spi_col(4, &isnull));
+		rec->locked_until = DatumGetTimestampTz(spi_col(5, &isnull));
+		rec->has_lock = !isnull;
+
+		if (!claim_verdict(rec, scope, key, now, fp, fname, plan->verb))
+			return IDEM_CLAIM_DUPLICATE;
+		SPI_freetuptable(SPI_tuptable);
+
+		/* Expired, retryable or abandoned: take it over. */
+		takeover = plan->takeover_for ? plan->takeover_for(nsp, values) : plan->takeover;
+		if (idem_query_exec(takeover, nsp, values, nulls, false, 0) == 1)
+		{
+			idem_stats_count(scope, IDEM_STAT_CLAIMED);
+			idem_stats_count(scope, IDEM_STAT_TAKEOVER);
+			return IDEM_CLAIM_ACQUIRED;
+		}
+		/* Somebody else changed it first; look again. */
+		SPI_freetuptable(SPI_tuptable);
+	}
+}
+
+/*
+ * Claim one (scope, key) for the current transaction through SPI, with
+ * idem_claim's statements: the SPI path of idem_claim, shared with
+ * idem_claim_many.  The caller has validated the arguments, checked the
+ * transaction is writable and connected to SPI.  now and expires are the
+ * call's clock and the new record's expiry; fp is the fingerprint digest
+ * or NULL.  Returns true when this transaction now owns the key, false
+ * for a duplicate.  Errors as idem_claim_spi.
+ */
+bool
+idem_claim_one(Oid nsp, text *scope, text *key, TimestampTz now,
+			   TimestampTz expires, bytea *fp, const char *fname)
+{
+	Datum		values[5];
+	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
+	IdemRecordState rec;
+
+	values[0] = PointerGetDatum(scope);
+	values[1] = PointerGetDatum(key);
+	values[2] = PointerGetDatum(fp);
+	if (fp == NULL)
+		nulls[2] = 'n';
+	values[3] = TimestampTzGetDatum(now);
+	values[4] = TimestampTzGetDatum(expires);
+
+	return idem_claim_spi(&claim_plan, nsp, scope, key, values, nulls, now,
+						  fp, fname, &rec) == IDEM_CLAIM_ACQUIRED;
+}
+
+/* The body of both idem_claim variants: the fast path, else SPI. */
+static bool
+claim_internal(FunctionCallInfo fcinfo, text *scope, text *key,
+			   int ttl_argno, int fp_argno)
+{
+	const char *fname = "idem_claim";
+	Oid			nsp = idem_extension_schema(fcinfo);
+	TimestampTz now;
+	TimestampTz expires;
+	bytea	   *fp;
+	bool		claimed;
+
+	idem_check_writable(fname);
+
+	now = GetCurrentTimestamp();
+	expires = idem_expiry(fcinfo, ttl_argno, now, fname);
+	fp = idem_fingerprint_digest(fcinfo, fp_argno);
+
+	/* Most claims are decided without SPI. */
+	switch (idem_claim_direct(nsp, scope, key, now, expires, fp, fname))
+	{
+		case 1:
+			return true;
+		case 0:
+			return false;
+	}
+
+	idem_spi_connect();
+	claimed = idem_claim_one(nsp, scope, key, now, expires, fp, fname);
+	SPI_finish();
+	return claimed;
+}
+
+/*
+ * idem_claim(scope text, key text, ttl interval DEFAULT NULL,
+ *            fingerprint text DEFAULT NULL) RETURNS boolean
+ *
+ * True when the calling transaction now owns (scope, key); false for a
+ * duplicate.  Fails with 22004 (NULL scope or key), 22023 (empty key,
+ * ttl not positive), 22001 (key or scope too long), 22008 (ttl overflows
+ * the timestamp range), 25006 (read-only transaction), ID001 (live key
+ * claimed with a different fingerprint), 40001 (REPEATABLE READ or
+ * SERIALIZABLE and a conflicting record committed after the snapshot, or
+ * a takeover that makes no progress), 42501 (a record row-level security
+ * hides or does not let the role update), 55P03/57014
+ * (lock_timeout/statement_timeout while waiting).
+ */
+Datum
+idem_claim(PG_FUNCTION_ARGS)
+{
+	text	   *scope = idem_arg_scope(fcinfo, 0, "idem_claim");
+	text	   *key = idem_arg_key(fcinfo, 1, "idem_claim");
+
+	PG_RETURN_BOOL(claim_internal(fcinfo, scope, key, 2, 3));
+}
+
+/*
+ * idem_claim(key text) RETURNS boolean
+ *
+ * idem_claim('', key): the default scope, default ttl, no fingerprint.
+ * Fails as idem_claim above.
+ */
+Datum
+idem_claim_default_scope(PG_FUNCTION_ARGS)
+{
+	text	   *key = idem_arg_key(fcinfo, 0, "idem_claim");
+	text	   *scope = cstring_to_text("");
+
+	PG_RETURN_BOOL(claim_internal(fcinfo, scope, key, -1, -1));
+}

@@ -1,9 +1,11 @@
 /*-------------------------------------------------------------------------
  *
  * guard.c
- *	  Table guards: idem_guard installs C triggers that enforce a state
- *	  machine (machine.c) on a status column, whatever SQL touches the
- *	  table; idem_unguard removes them.
+ *	  The guard installer: idem_guard installs C triggers that enforce a
+ *	  state machine (machine.c) on a status column, whatever SQL touches
+ *	  the table; idem_unguard removes them; idem_guards_of_machine lists
+ *	  them for idem_machine_drop (transition.c).  The triggers' run time is
+ *	  guard_trigger.c, their cache guard_cache.c.
  *
  *	  A guard on column c of table t, machine m, is a set of row triggers,
  *	  all running idem_guard_trigger(m, c, version column or '', role):
@@ -23,7 +25,7 @@
  *	  and raises ID004 at the end of the statement, rolling it back.
  *	  Being AFTER, the check sees the row as written, after every BEFORE
  *	  trigger, and only rows really written (not those ON CONFLICT or a
- *	  BEFORE trigger skipped).  Rules (machine.c: idem_guard_allows): an
+ *	  BEFORE trigger skipped).  Rules (transition.c: idem_guard_allows): an
  *	  INSERT, or an UPDATE from NULL, must use an initial state; an UPDATE
  *	  that changes the value must follow a declared transition; the same
  *	  value always passes.  The version trigger sets the version column to
@@ -41,14 +43,8 @@
  *	  them correctly; after renaming a guarded column, call idem_guard
  *	  again to refresh them.
  *
- *	  Cache: trigger OID -> entry (attribute numbers, types, machine
- *	  pointer, log plan), in a dynahash in CacheMemoryContext, found
- *	  through fn_extra without a hash lookup.  A relcache callback marks
- *	  the entries of an invalidated relation stale (ALTER TABLE,
- *	  CREATE/DROP TRIGGER and DROP TABLE all invalidate it); they are
- *	  rebuilt or freed at the next trigger call, never inside the callback,
- *	  and never while their log plan is executing.  Per row there is no
- *	  catalog access and no SPI except the history INSERT.
+ *	  Cache: see guard_cache.c.  Per row there is no catalog access and
+ *	  no SPI except the history INSERT.
  *
  *	  Locking: idem_guard takes ShareRowExclusiveLock on the table (as
  *	  CREATE TRIGGER does) and idem_unguard AccessExclusiveLock (as DROP
@@ -59,8 +55,7 @@
  *	  inserted there anew, which would have to be an initial state.
  *
  *-------------------------------------------------------------------------
- */
-#include "postgres.h"
+ */#include "postgres.h"
 
 #include "access/htup_details.h"
 #include "access/sysattr.h"
@@ -92,59 +87,8 @@
 
 PG_FUNCTION_INFO_V1(idem_guard);
 PG_FUNCTION_INFO_V1(idem_unguard);
-PG_FUNCTION_INFO_V1(idem_guard_trigger);
 
 #define GUARD_PREFIX	"idem_guard_"
-
-/* The fourth trigger argument. */
-#define ROLE_CHECK		"check"
-#define ROLE_VERSION	"version"
-#define ROLE_LOG		"log"
-#define GUARD_NARGS		4
-
-typedef enum GuardRole
-{
-	GUARD_CHECK,
-	GUARD_VERSION,
-	GUARD_LOG
-} GuardRole;
-
-typedef struct GuardEntry
-{
-	Oid			tgoid;			/* hash key */
-	bool		valid;			/* usable as is */
-	bool		stale;			/* invalidated since the build started */
-	bool		busy;			/* its log plan is executing */
-	Oid			relid;
-	MemoryContext cxt;			/* the strings and arrays below */
-	AttrNumber	status_att;
-	AttrNumber	version_att;	/* 0: no version column */
-	bool		version_int8;
-	GuardRole	role;
-	int			machine_len;
-	char		machine[IDEM_MAX_MACHINE_BYTES + 1];
-	IdemMachine *m;				/* valid while m_gen is current */
-	uint64		m_gen;
-	char	   *table_name;		/* schema-qualified, quoted as needed */
-	char	   *status_name;
-	/* history (AFTER trigger only) */
-	int			npk;
-	AttrNumber *pk_atts;
-	SPIPlanPtr	log_plan;
-} GuardEntry;
-
-static HTAB *guard_cache = NULL;
-static bool guard_cache_dirty = false;
-static uint64 guard_sweeps = 0;	/* entries may have been removed */
-
-/* fn_extra of the trigger function: the entry, without a hash lookup. */
-typedef struct GuardCallCache
-{
-	Oid			tgoid;
-	uint64		sweeps;
-	GuardEntry *entry;
-} GuardCallCache;
-static bool guard_callback_registered = false;
 
 /*
  * The triggers of idem_guard_trigger on a table that depend on one of its
@@ -182,7 +126,6 @@ static IdemQuery q_guards_all = {
 	" ORDER BY 3, t.tgname",
 	1, {OIDOID}
 };
-
 /*
  * Split pg_trigger.tgargs into its n NUL-terminated strings; false when
  * there are fewer than n.
@@ -205,634 +148,6 @@ split_tgargs(bytea *args, char **out, int n)
 	}
 	return true;
 }
-
-/* ------------------------------------------------------------------------
- * The trigger cache
- * ------------------------------------------------------------------------
- */
-
-/* Relcache callback: mark the entries of relid (or all) stale; free nothing. */
-static void
-guard_cache_callback(Datum arg, Oid relid)
-{
-	HASH_SEQ_STATUS seq;
-	GuardEntry *e;
-
-	if (guard_cache == NULL)
-		return;
-	hash_seq_init(&seq, guard_cache);
-	while ((e = (GuardEntry *) hash_seq_search(&seq)) != NULL)
-	{
-		if (!OidIsValid(relid) || e->relid == relid)
-		{
-			e->valid = false;
-			e->stale = true;
-			guard_cache_dirty = true;
-		}
-	}
-}
-
-static void
-guard_entry_release(GuardEntry *e)
-{
-	if (e->log_plan != NULL)
-	{
-		SPI_freeplan(e->log_plan);
-		e->log_plan = NULL;
-	}
-	if (e->cxt != NULL)
-	{
-		MemoryContextDelete(e->cxt);
-		e->cxt = NULL;
-	}
-	e->m = NULL;
-}
-
-/* Free the stale entries that are not in use. */
-static void
-guard_cache_sweep(void)
-{
-	HASH_SEQ_STATUS seq;
-	GuardEntry *e;
-	bool		kept = false;
-
-	hash_seq_init(&seq, guard_cache);
-	while ((e = (GuardEntry *) hash_seq_search(&seq)) != NULL)
-	{
-		if (e->valid)
-			continue;
-		if (e->busy)
-		{
-			kept = true;
-			continue;
-		}
-		guard_entry_release(e);
-		hash_search(guard_cache, &e->tgoid, HASH_REMOVE, NULL);
-	}
-	guard_cache_dirty = kept;
-	guard_sweeps++;
-}
-
-/* attnum of a live column of desc called name, or InvalidAttrNumber. */
-static AttrNumber
-column_of(TupleDesc desc, const char *name)
-{
-	int			i;
-
-	for (i = 0; i < desc->natts; i++)
-	{
-		Form_pg_attribute a = TupleDescAttr(desc, i);
-
-		if (!a->attisdropped && strcmp(NameStr(a->attname), name) == 0)
-			return i + 1;
-	}
-	return InvalidAttrNumber;
-}
-
-static void
-not_a_guard(Trigger *tg)
-{
-	ereport(ERROR,
-			(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
-			 errmsg("idem_guard_trigger: trigger \"%s\" was not created by idem_guard()",
-					tg->tgname),
-			 errhint("Install guards with idem_guard().")));
-}
-
-/* The cache entry of the firing trigger, built on first use. */
-static GuardEntry *
-guard_entry(TriggerData *td)
-{
-	Trigger    *tg = td->tg_trigger;
-	Relation	rel = td->tg_relation;
-	TupleDesc	desc = RelationGetDescr(rel);
-	GuardEntry *e;
-	Form_pg_attribute attr;
-	MemoryContext old;
-	const char *version;
-	bool		found;
-	char	   *nspname;
-	char	   *table;
-
-	if (guard_cache != NULL && !guard_cache_dirty)
-	{
-		e = (GuardEntry *) hash_search(guard_cache, &tg->tgoid, HASH_FIND, NULL);
-		if (e != NULL && e->valid)
-			return e;
-	}
-
-	if (!guard_callback_registered)
-	{
-		CacheRegisterRelcacheCallback(guard_cache_callback, (Datum) 0);
-		guard_callback_registered = true;
-	}
-	if (guard_cache == NULL)
-	{
-		HASHCTL		ctl;
-
-		memset(&ctl, 0, sizeof(ctl));
-		ctl.keysize = sizeof(Oid);
-		ctl.entrysize = sizeof(GuardEntry);
-		ctl.hcxt = CacheMemoryContext;
-		guard_cache = hash_create("idempotency guards", 16, &ctl,
-								  HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
-	}
-	if (guard_cache_dirty)
-		guard_cache_sweep();
-
-	e = (GuardEntry *) hash_search(guard_cache, &tg->tgoid, HASH_ENTER, &found);
-	if (found && e->valid)
-		return e;
-	if (!found)
-	{
-		memset(((char *) e) + sizeof(Oid), 0, sizeof(GuardEntry) - sizeof(Oid));
-	}
-	else
-		guard_entry_release(e);
-	e->valid = false;
-	e->stale = false;
-	e->relid = RelationGetRelid(rel);
-
-	/* Arguments, as idem_guard wrote them. */
-	if (tg->tgnargs != GUARD_NARGS)
-		not_a_guard(tg);
-	if (strcmp(tg->tgargs[3], ROLE_CHECK) == 0)
-		e->role = GUARD_CHECK;
-	else if (strcmp(tg->tgargs[3], ROLE_VERSION) == 0)
-		e->role = GUARD_VERSION;
-	else if (strcmp(tg->tgargs[3], ROLE_LOG) == 0)
-		e->role = GUARD_LOG;
-	else
-		not_a_guard(tg);
-	nspname = get_namespace_name(RelationGetNamespace(rel));
-	table = quote_qualified_identifier(nspname, RelationGetRelationName(rel));
-
-	/*
-	 * The status column: the one UPDATE OF column when there is one (it
-	 * survives renames), else by name.
-	 */
-	if (tg->tgnattr == 1)
-		e->status_att = tg->tgattr[0];
-	else
-		e->status_att = column_of(desc, tg->tgargs[1]);
-	if (e->status_att <= 0 || e->status_att > desc->natts ||
-		TupleDescAttr(desc, e->status_att - 1)->attisdropped)
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_COLUMN),
-				 errmsg("idem_guard: status column \"%s\" of table %s does not exist",
-						tg->tgargs[1], table),
-				 errhint("After renaming a guarded column, install the guard again with idem_guard().")));
-	attr = TupleDescAttr(desc, e->status_att - 1);
-	e->machine_len = strlen(tg->tgargs[0]);
-	idem_check_machine_name(tg->tgargs[0], e->machine_len, "idem_guard");
-	memcpy(e->machine, tg->tgargs[0], e->machine_len + 1);
-
-	e->cxt = AllocSetContextCreate(CacheMemoryContext, "idempotency guard",
-								   ALLOCSET_SMALL_SIZES);
-	old = MemoryContextSwitchTo(e->cxt);
-	e->table_name = pstrdup(table);
-	e->status_name = pstrdup(NameStr(attr->attname));
-	MemoryContextSwitchTo(old);
-
-	{
-		Oid			base = getBaseType(attr->atttypid);
-
-		if (base != TEXTOID && base != VARCHAROID)
-			ereport(ERROR,
-					(errcode(ERRCODE_DATATYPE_MISMATCH),
-					 errmsg("idem_guard: status column \"%s\" of table %s must be of type text or varchar",
-							e->status_name, e->table_name),
-					 errdetail("The column is of type %s.", format_type_be(attr->atttypid)),
-					 errhint("Install the guard again with idem_guard() after fixing the column.")));
-	}
-
-	version = tg->tgargs[2];
-	if (e->role == GUARD_VERSION)
-	{
-		e->version_att = column_of(desc, version);
-		if (e->version_att == InvalidAttrNumber)
-			ereport(ERROR,
-					(errcode(ERRCODE_UNDEFINED_COLUMN),
-					 errmsg("idem_guard: version column \"%s\" of table %s does not exist",
-							version, e->table_name),
-					 errhint("After renaming a guarded column, install the guard again with idem_guard().")));
-		attr = TupleDescAttr(desc, e->version_att - 1);
-		if (attr->atttypid != INT4OID && attr->atttypid != INT8OID)
-			ereport(ERROR,
-					(errcode(ERRCODE_DATATYPE_MISMATCH),
-					 errmsg("idem_guard: version column \"%s\" of table %s must be of type integer or bigint",
-							version, e->table_name),
-					 errdetail("The column is of type %s.", format_type_be(attr->atttypid))));
-		e->version_int8 = (attr->atttypid == INT8OID);
-	}
-
-	/* Valid unless an invalidation arrived during the build. */
-	e->valid = !e->stale;
-	return e;
-}
-
-/* The machine of an entry, through its generation-checked pointer. */
-static IdemMachine *
-guard_machine(GuardEntry *e, FunctionCallInfo fcinfo)
-{
-	IdemMachine *m;
-	bool		cached;
-
-	if (e->m != NULL && e->m_gen == idem_machine_generation)
-		return e->m;
-	m = idem_machine_get(idem_extension_schema(fcinfo), e->machine,
-						 e->machine_len, "idem_guard", &cached);
-	if (cached)
-	{
-		e->m = m;
-		e->m_gen = idem_machine_generation;
-	}
-	return m;
-}
-
-/* ------------------------------------------------------------------------
- * The checks
- * ------------------------------------------------------------------------
- */
-
-/* A status value for messages: "quoted", or NULL. */
-static char *
-show(text *t)
-{
-	return t == NULL ? pstrdup("NULL") : psprintf("\"%s\"", text_to_cstring(t));
-}
-
-static int
-state_of(IdemMachine *m, text *t)
-{
-	return t == NULL ? -1 : idem_machine_state(m, VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t));
-}
-
-static text *
-status_value(HeapTuple tuple, GuardEntry *e, TupleDesc desc)
-{
-	bool		isnull;
-	Datum		d = heap_getattr(tuple, e->status_att, desc, &isnull);
-
-	return isnull ? NULL : DatumGetTextPP(d);
-}
-
-static bool
-same_value(text *a, text *b)
-{
-	if (a == NULL || b == NULL)
-		return a == b;
-	return VARSIZE_ANY_EXHDR(a) == VARSIZE_ANY_EXHDR(b) &&
-		memcmp(VARDATA_ANY(a), VARDATA_ANY(b), VARSIZE_ANY_EXHDR(a)) == 0;
-}
-
-/* A row entering the machine (INSERT, or UPDATE from NULL) with status to. */
-static void
-check_entry_state(GuardEntry *e, IdemMachine *m, Relation rel, text *to)
-{
-	int			s = state_of(m, to);
-
-	if (s >= 0 && idem_machine_is_initial(m, s))
-		return;
-	ereport(ERROR,
-			(errcode(ERRCODE_IDEM_ILLEGAL_TRANSITION),
-			 errmsg("idem_guard: illegal initial state %s", show(to)),
-			 errdetail("Machine \"%s\" does not allow a row to start in %s (column \"%s\" of table %s).",
-					   idem_machine_name(m), show(to), e->status_name, e->table_name),
-			 errhint("The initial states are %s.", idem_machine_initial_list(m)),
-			 errtablecol(rel, e->status_att)));
-}
-
-/* An UPDATE from a non-NULL from to a different to. */
-static void
-check_transition(GuardEntry *e, IdemMachine *m, Relation rel, text *from, text *to)
-{
-	int			f = state_of(m, from);
-	int			t = state_of(m, to);
-	const char *mname = idem_machine_name(m);
-
-	if (f >= 0 && t >= 0 && idem_machine_allows(m, f, t))
-		return;
-
-	if (t < 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_IDEM_ILLEGAL_TRANSITION),
-				 errmsg("idem_guard: illegal transition from %s to %s", show(from), show(to)),
-				 errdetail("Machine \"%s\" does not allow the transition from %s to %s: %s is not a state of the machine (column \"%s\" of table %s).",
-						   mname, show(from), show(to), show(to),
-						   e->status_name, e->table_name),
-				 errhint("The states of machine \"%s\" are %s.", mname,
-						 idem_machine_state_list(m)),
-				 errtablecol(rel, e->status_att)));
-	if (f < 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_IDEM_ILLEGAL_TRANSITION),
-				 errmsg("idem_guard: illegal transition from %s to %s", show(from), show(to)),
-				 errdetail("Machine \"%s\" does not allow the transition from %s to %s: the current value %s is not a state of the machine (column \"%s\" of table %s).",
-						   mname, show(from), show(to), show(from),
-						   e->status_name, e->table_name),
-				 errhint("Add the state to the machine with idem_machine_define(), or leave the value unchanged."),
-				 errtablecol(rel, e->status_att)));
-	ereport(ERROR,
-			(errcode(ERRCODE_IDEM_ILLEGAL_TRANSITION),
-			 errmsg("idem_guard: illegal transition from %s to %s", show(from), show(to)),
-			 errdetail("Machine \"%s\" does not allow the transition from %s to %s (column \"%s\" of table %s).",
-					   mname, show(from), show(to), e->status_name, e->table_name),
-			 errhint("%s", idem_machine_targets_hint(m, f)),
-			 errtablecol(rel, e->status_att)));
-}
-
-/* newtuple with the version column set to the old version + 1. */
-static HeapTuple
-bump_version(GuardEntry *e, Relation rel, HeapTuple oldtuple, HeapTuple newtuple)
-{
-	TupleDesc	desc = RelationGetDescr(rel);
-	bool		isnull;
-	Datum		d = heap_getattr(oldtuple, e->version_att, desc, &isnull);
-	int			col = e->version_att;
-	bool		newnull = false;
-	Datum		val;
-	const char *vname = NameStr(TupleDescAttr(desc, e->version_att - 1)->attname);
-
-	if (isnull)
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("idem_guard: version column \"%s\" of table %s is null",
-						vname, e->table_name),
-				 errdetail("A status change increments the version, and a null version cannot be incremented."),
-				 errhint("Give the column a NOT NULL constraint and a default, for example 0."),
-				 errtablecol(rel, e->version_att)));
-	if (e->version_int8)
-	{
-		int64		v;
-
-		if (pg_add_s64_overflow(DatumGetInt64(d), 1, &v))
-			ereport(ERROR,
-					(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
-					 errmsg("idem_guard: version column \"%s\" of table %s is out of range",
-							vname, e->table_name),
-					 errtablecol(rel, e->version_att)));
-		val = Int64GetDatum(v);
-	}
-	else
-	{
-		int32		v;
-
-		if (pg_add_s32_overflow(DatumGetInt32(d), 1, &v))
-			ereport(ERROR,
-					(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
-					 errmsg("idem_guard: version column \"%s\" of table %s is out of range",
-							vname, e->table_name),
-					 errtablecol(rel, e->version_att)));
-		val = Int32GetDatum(v);
-	}
-	return heap_modify_tuple_by_cols(newtuple, desc, 1, &col, &val, &newnull);
-}
-
-/*
- * Check the change td's row makes to the status column, failing with
- * ID004 when the machine does not allow it; false when it makes no change
- * (an UPDATE keeping the value).  The rules are those of
- * idem_guard_allows, which has usually let the row pass already.
- */
-static bool
-guard_check(GuardEntry *e, FunctionCallInfo fcinfo, TriggerData *td)
-{
-	Relation	rel = td->tg_relation;
-	TupleDesc	desc = RelationGetDescr(rel);
-	IdemMachine *m;
-	text	   *from;
-	text	   *to;
-
-	if (TRIGGER_FIRED_BY_INSERT(td->tg_event))
-	{
-		to = status_value(td->tg_trigtuple, e, desc);
-		m = guard_machine(e, fcinfo);
-		check_entry_state(e, m, rel, to);
-		return true;
-	}
-
-	from = status_value(td->tg_trigtuple, e, desc);
-	to = status_value(td->tg_newtuple, e, desc);
-	if (same_value(from, to))
-		return false;
-
-	m = guard_machine(e, fcinfo);
-	if (from == NULL)
-		check_entry_state(e, m, rel, to);
-	else
-		check_transition(e, m, rel, from, to);
-	return true;
-}
-
-/* ------------------------------------------------------------------------
- * History
- * ------------------------------------------------------------------------
- */
-
-/*
- * Prepare the INSERT into idem_transition_log for this entry's table:
- * $1 table, $2 column, $3 from, $4 to, $5 xact id, $6... the primary key
- * columns, turned into a jsonb object by jsonb_build_object (so each value
- * keeps its JSON type).  Called between SPI_connect and SPI_finish.
- */
-static void
-guard_log_prepare(GuardEntry *e, Relation rel, Oid nsp)
-{
-	TupleDesc	desc = RelationGetDescr(rel);
-	Bitmapset  *pk = RelationGetIndexAttrBitmap(rel, INDEX_ATTR_BITMAP_PRIMARY_KEY);
-	char	   *nspname = get_namespace_name(nsp);
-	StringInfoData sql;
-	Oid		   *argtypes;
-	int			npk = bms_num_members(pk);
-	int			x = -1;
-	int			i = 0;
-	SPIPlanPtr	plan;
-
-	if (nspname == NULL)
-		elog(ERROR, "cache lookup failed for schema %u", nsp);
-
-	e->npk = npk;
-	e->pk_atts = MemoryContextAlloc(e->cxt, sizeof(AttrNumber) * Max(npk, 1));
-	argtypes = palloc(sizeof(Oid) * (5 + npk));
-	argtypes[0] = TEXTOID;
-	argtypes[1] = TEXTOID;
-	argtypes[2] = TEXTOID;
-	argtypes[3] = TEXTOID;
-	argtypes[4] = XID8OID;
-
-	initStringInfo(&sql);
-	appendStringInfo(&sql,
-					 "INSERT INTO %s.idem_transition_log"
-					 " (table_name, status_column, row_key, from_state, to_state, xact_id)"
-					 " VALUES ($1, $2, ",
-					 quote_identifier(nspname));
-	if (npk == 0)
-		appendStringInfoString(&sql, "NULL");
-	else
-	{
-		appendStringInfoString(&sql, "pg_catalog.jsonb_build_object(");
-		while ((x = bms_next_member(pk, x)) >= 0)
-		{
-			AttrNumber	att = x + FirstLowInvalidHeapAttributeNumber;
-			Form_pg_attribute a;
-
-			if (att <= 0 || att > desc->natts)
-				elog(ERROR, "primary key of \"%s\" has attribute number %d",
-					 RelationGetRelationName(rel), att);
-			a = TupleDescAttr(desc, att - 1);
-			e->pk_atts[i] = att;
-			argtypes[5 + i] = a->atttypid;
-			appendStringInfo(&sql, "%s%s, $%d", i > 0 ? ", " : "",
-							 quote_literal_cstr(NameStr(a->attname)), 6 + i);
-			i++;
-		}
-		appendStringInfoChar(&sql, ')');
-	}
-	appendStringInfoString(&sql, ", $3, $4, $5)");
-
-	plan = SPI_prepare(sql.data, 5 + npk, argtypes);
-	if (plan == NULL)
-		elog(ERROR, "SPI_prepare failed for \"%s\": %s",
-			 sql.data, SPI_result_code_string(SPI_result));
-	if (SPI_keepplan(plan) != 0)
-		elog(ERROR, "SPI_keepplan failed");
-	e->log_plan = plan;
-}
-
-/* AFTER ROW: append the change, if there is one, to idem_transition_log. */
-static void
-guard_log(GuardEntry *e, FunctionCallInfo fcinfo, TriggerData *td)
-{
-	Relation	rel = td->tg_relation;
-	TupleDesc	desc = RelationGetDescr(rel);
-	HeapTuple	row;
-	text	   *from = NULL;
-	text	   *to;
-	Datum	   *values;
-	char	   *nulls;
-	int			i;
-	volatile int rc = 0;
-
-	if (TRIGGER_FIRED_BY_INSERT(td->tg_event))
-		row = td->tg_trigtuple;
-	else
-	{
-		row = td->tg_newtuple;
-		from = status_value(td->tg_trigtuple, e, desc);
-	}
-	to = status_value(row, e, desc);
-	if (TRIGGER_FIRED_BY_UPDATE(td->tg_event) && same_value(from, to))
-		return;
-
-	idem_spi_connect();
-	if (e->log_plan == NULL)
-		guard_log_prepare(e, rel, idem_extension_schema(fcinfo));
-
-	values = palloc(sizeof(Datum) * (5 + e->npk));
-	nulls = palloc(5 + e->npk);
-	memset(nulls, ' ', 5 + e->npk);
-	values[0] = CStringGetTextDatum(e->table_name);
-	values[1] = CStringGetTextDatum(e->status_name);
-	values[2] = PointerGetDatum(from);
-	if (from == NULL)
-		nulls[2] = 'n';
-	values[3] = PointerGetDatum(to);
-	if (to == NULL)
-		nulls[3] = 'n';
-	values[4] = FullTransactionIdGetDatum(GetTopFullTransactionId());
-	for (i = 0; i < e->npk; i++)
-	{
-		bool		isnull;
-
-		values[5 + i] = heap_getattr(row, e->pk_atts[i], desc, &isnull);
-		if (isnull)
-			nulls[5 + i] = 'n';
-	}
-
-	e->busy = true;
-	PG_TRY();
-	{
-		rc = SPI_execute_plan(e->log_plan, values, nulls, false, 0);
-	}
-	PG_FINALLY();
-	{
-		e->busy = false;
-	}
-	PG_END_TRY();
-	if (rc != SPI_OK_INSERT)
-		elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(rc));
-	SPI_finish();
-}
-
-/*
- * idem_guard_trigger() RETURNS trigger
- *
- * The trigger installed by idem_guard; not callable directly (39P01).
- * BEFORE: fails with ID004 (an illegal initial state or transition, or a
- * value that is not a state), 42704 (the machine was dropped), 22004/22003
- * (the version column is NULL or would overflow), 42804/42703 (a column
- * changed type or vanished since idem_guard).  AFTER: writes the history.
- */
-Datum
-idem_guard_trigger(PG_FUNCTION_ARGS)
-{
-	TriggerData *td;
-	GuardEntry *e;
-	GuardCallCache *cc;
-
-	if (!CALLED_AS_TRIGGER(fcinfo))
-		ereport(ERROR,
-				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
-				 errmsg("idem_guard_trigger: not called by the trigger manager")));
-	td = (TriggerData *) fcinfo->context;
-	if (!TRIGGER_FIRED_FOR_ROW(td->tg_event) ||
-		!(TRIGGER_FIRED_BY_INSERT(td->tg_event) || TRIGGER_FIRED_BY_UPDATE(td->tg_event)))
-		not_a_guard(td->tg_trigger);
-
-	cc = (GuardCallCache *) fcinfo->flinfo->fn_extra;
-	if (cc != NULL && cc->tgoid == td->tg_trigger->tgoid &&
-		cc->sweeps == guard_sweeps && cc->entry->valid)
-		e = cc->entry;
-	else
-	{
-		e = guard_entry(td);
-		if (cc == NULL)
-		{
-			cc = MemoryContextAlloc(fcinfo->flinfo->fn_mcxt, sizeof(GuardCallCache));
-			fcinfo->flinfo->fn_extra = cc;
-		}
-		cc->tgoid = td->tg_trigger->tgoid;
-		cc->sweeps = guard_sweeps;
-		cc->entry = e;
-	}
-
-	switch (e->role)
-	{
-		case GUARD_CHECK:
-			/* The WHEN condition said no: find out why, and fail. */
-			if (TRIGGER_FIRED_BEFORE(td->tg_event))
-				not_a_guard(td->tg_trigger);
-			guard_check(e, fcinfo, td);
-			break;
-		case GUARD_VERSION:
-			if (!TRIGGER_FIRED_BEFORE(td->tg_event) ||
-				!TRIGGER_FIRED_BY_UPDATE(td->tg_event))
-				not_a_guard(td->tg_trigger);
-			if (same_value(status_value(td->tg_trigtuple, e, RelationGetDescr(td->tg_relation)),
-						   status_value(td->tg_newtuple, e, RelationGetDescr(td->tg_relation))))
-				return PointerGetDatum(td->tg_newtuple);
-			return PointerGetDatum(bump_version(e, td->tg_relation,
-												td->tg_trigtuple, td->tg_newtuple));
-		case GUARD_LOG:
-			if (TRIGGER_FIRED_BEFORE(td->tg_event))
-				not_a_guard(td->tg_trigger);
-			guard_log(e, fcinfo, td);
-			break;
-	}
-	return PointerGetDatum(NULL);
-}
-
 /* ------------------------------------------------------------------------
  * idem_guard, idem_unguard
  * ------------------------------------------------------------------------
@@ -1069,12 +384,12 @@ idem_guard(PG_FUNCTION_ARGS)
 
 	create_guard_trigger(psprintf("CREATE TRIGGER %s AFTER UPDATE OF %s ON %s FOR EACH ROW"
 								  " WHEN (NOT %s.idem_guard_allows(%s, OLD.%s, NEW.%s))"
-								  " EXECUTE FUNCTION %s'" ROLE_CHECK "')",
+								  " EXECUTE FUNCTION %s'" IDEM_GUARD_ROLE_CHECK "')",
 								  quote_identifier(guard_trigger_name("check", status_col)),
 								  qcol, table, qnsp, qmachine, qcol, qcol, func));
 	create_guard_trigger(psprintf("CREATE TRIGGER %s AFTER INSERT ON %s FOR EACH ROW"
 								  " WHEN (NEW.%s IS NULL OR NOT %s.idem_guard_allows(%s, NULL, NEW.%s))"
-								  " EXECUTE FUNCTION %s'" ROLE_CHECK "')",
+								  " EXECUTE FUNCTION %s'" IDEM_GUARD_ROLE_CHECK "')",
 								  quote_identifier(guard_trigger_name("insert", status_col)),
 								  table, qcol, qnsp, qmachine, qcol, func));
 	/* OF both columns, so that the version column cannot be dropped alone. */
@@ -1082,13 +397,13 @@ idem_guard(PG_FUNCTION_ARGS)
 		create_guard_trigger(psprintf("CREATE TRIGGER %s BEFORE UPDATE OF %s, %s ON %s FOR EACH ROW"
 									  " WHEN ((OLD.%s IS NULL) OPERATOR(pg_catalog.<>) (NEW.%s IS NULL)"
 									  " OR OLD.%s OPERATOR(pg_catalog.<>) NEW.%s)"
-									  " EXECUTE FUNCTION %s'" ROLE_VERSION "')",
+									  " EXECUTE FUNCTION %s'" IDEM_GUARD_ROLE_VERSION "')",
 									  quote_identifier(guard_trigger_name("version", status_col)),
 									  qcol, quote_identifier(version_col), table,
 									  qcol, qcol, qcol, qcol, func));
 	if (history)
 		create_guard_trigger(psprintf("CREATE TRIGGER %s AFTER INSERT OR UPDATE OF %s ON %s"
-									  " FOR EACH ROW EXECUTE FUNCTION %s'" ROLE_LOG "')",
+									  " FOR EACH ROW EXECUTE FUNCTION %s'" IDEM_GUARD_ROLE_LOG "')",
 									  quote_identifier(guard_trigger_name("log", status_col)),
 									  qcol, table, func));
 
@@ -1160,11 +475,11 @@ idem_guards_of_machine(Oid nsp, const char *machine)
 		TupleDesc	desc = SPI_tuptable->tupdesc;
 		bool		isnull;
 		Datum		d = SPI_getbinval(tup, desc, 1, &isnull);
-		char	   *args[GUARD_NARGS];
+		char	   *args[IDEM_GUARD_NARGS];
 		int			tgtype;
 
-		if (isnull || !split_tgargs(DatumGetByteaPP(d), args, GUARD_NARGS) ||
-			strcmp(args[0], machine) != 0 || strcmp(args[3], ROLE_CHECK) != 0)
+		if (isnull || !split_tgargs(DatumGetByteaPP(d), args, IDEM_GUARD_NARGS) ||
+			strcmp(args[0], machine) != 0 || strcmp(args[3], IDEM_GUARD_ROLE_CHECK) != 0)
 			continue;
 		/* One line per guard: its UPDATE check trigger. */
 		tgtype = DatumGetInt32(SPI_getbinval(tup, desc, 2, &isnull));

@@ -2,24 +2,43 @@
  *
  * idempotency.h
  *	  The one private header of the idempotency extension: the SQLSTATEs
- *	  it raises, its GUC variables, the record status names, and the
- *	  helpers shared by the files in src/.
+ *	  it raises, its GUC variables, the record status names, and one
+ *	  section per file of src/, in the order a call walks through them.
  *
  *	  Files and their concerns:
- *	    idempotency.c  module load, GUCs, input validation shared by all
- *	    query.c        the per-backend cache of prepared SPI plans
- *	    records.c      idem_claim, idem_complete, idem_lookup,
- *	                   idem_release, idem_purge
- *	    lease.c        idem_begin, idem_heartbeat, idem_finish, idem_fail,
- *	                   idem_await: two-phase records with fenced leases
- *	    machine.c, guard.c  state machines and their cache; table guards
- *	    stats.c        idem_stats counters in shared memory, pending counts
- *	                   per transaction, idem_stats, idem_stats_reset
- *	    worker.c       background purge: launcher and per-database workers
- *	    batch.c        idem_claim_many: batch claims in canonical key order
- *	    token.c        idem_token_issue, idem_token_consume: one-time tokens
- *	    direct.c       idem_claim's fast path: speculative insertion without SPI
- *	    (each further file adds a line here)
+ *	    idempotency.c    module load, the GUCs of the core, input
+ *	                     validation and the set-returning setup shared by all
+ *	    query.c          prepared SPI plans per backend; idem_spi_connect
+ *	    claim.c          deciding one key: idem_claim, and the decision
+ *	                     (fast path verdict, SPI insert/read/takeover,
+ *	                     duplicate log and counts) that idem_claim_many and
+ *	                     idem_begin share
+ *	    direct.c         the fast path's mechanism: speculative insertion
+ *	                     into idem_records without SPI
+ *	    batch.c          idem_claim_many: batch claims in canonical key order
+ *	    lease.c          idem_begin, idem_heartbeat, idem_finish, idem_fail,
+ *	                     idem_await: two-phase records with fenced leases
+ *	    records.c        idem_complete, idem_lookup, idem_release,
+ *	                     idem_purge, idem_summary
+ *	    token.c          idem_token_issue, idem_token_consume: one-time tokens
+ *	    machine.c        state machines: compiling a definition, questions
+ *	                     on a compiled machine
+ *	    machine_cache.c  the per-backend machine cache, idem_machines_trigger
+ *	    transition.c     idem_machine_define/drop, idem_can_transition,
+ *	                     idem_transition, idem_guard_allows
+ *	    guard_cache.c    the per-backend cache of guard triggers
+ *	    guard_trigger.c  idem_guard_trigger: a guard at run time
+ *	    guard.c          idem_guard, idem_unguard: the guard installer
+ *	    stats.c          idem_stats counters in shared memory, pending counts
+ *	                     per transaction, idem_stats, idem_stats_reset, and
+ *	                     the settings idempotency.stats*
+ *	    worker.c         background purge: launcher and per-database
+ *	                     workers, and the settings idempotency.purge*
+ *	  Calls between files go down this list (stats.c is called from
+ *	  everywhere and calls nothing), except that transition.c calls
+ *	  guard.c (idem_guards_of_machine); the state-machine files form the
+ *	  chain machine.c <- machine_cache.c <- transition.c -> guard.c, and
+ *	  guard.c, guard_trigger.c -> guard_cache.c -> machine_cache.c: no cycle.
  *
  *-------------------------------------------------------------------------
  */
@@ -32,6 +51,8 @@
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "nodes/execnodes.h"
+#include "commands/trigger.h"
+#include "utils/jsonb.h"
 #include "utils/timestamp.h"
 
 /*
@@ -57,7 +78,7 @@
 #define IDEM_STATUS_ISSUED		"issued"	/* one-time token, not yet used */
 #define IDEM_STATUS_CONSUMED	"consumed"	/* one-time token, used */
 
-/* GUCs (idempotency.c) */
+/* GUCs defined in idempotency.c (stats.c and worker.c define their own) */
 extern bool idem_log_duplicates;
 extern bool idem_direct_claim_enabled;
 extern int	idem_max_attempts;
@@ -74,6 +95,24 @@ extern int	idem_max_attempts;
 	" OR (r.status OPERATOR(pg_catalog.=) 'in_progress'" \
 	"     AND r.locked_until OPERATOR(pg_catalog.<=) " now "))"
 #define IDEM_CLAIMABLE_SQL IDEM_CLAIMABLE_SQL_AT("$4")
+
+/*
+ * The counters of idem_stats, in the order of its columns.  See stats.c
+ * for when each is counted (effects only when the transaction commits,
+ * observations always).
+ */
+typedef enum IdemStatKind
+{
+	IDEM_STAT_CLAIMED,				/* acquired: idem_claim true, idem_begin 'acquired' */
+	IDEM_STAT_DUPLICATE,			/* a live record answered the call */
+	IDEM_STAT_IN_PROGRESS_CONFLICT, /* a live lease answered the call */
+	IDEM_STAT_FINGERPRINT_MISMATCH, /* ID001 raised */
+	IDEM_STAT_TAKEOVER,				/* of the claimed: took over an existing record */
+	IDEM_STAT_COMPLETED,			/* idem_complete, idem_finish */
+	IDEM_STAT_FAILED,				/* idem_fail */
+	IDEM_STAT_PURGED,				/* expired records deleted by idem_purge */
+	IDEM_STAT_NKINDS
+} IdemStatKind;
 
 /* idempotency.c: validation shared by the SQL-callable functions */
 extern text *idem_arg_scope(FunctionCallInfo fcinfo, int argno, const char *fname);
@@ -187,6 +226,7 @@ extern void idem_takeover_stuck(Oid nsp, const char *fname, text *scope,
 								text *key);
 extern void idem_fingerprint_mismatch(const char *fname, text *scope, text *key,
 									  TimestampTz first_claimed);
+extern IdemStatKind idem_duplicate_stat(const char *status);
 extern void idem_log_duplicate(const char *verb, text *scope, text *key,
 							   TimestampTz first_claimed, const char *status);
 
@@ -216,14 +256,15 @@ extern IdemDirectResult idem_direct_claim(Oid nsp, text *scope, text *key,
 										  TimestampTz now, TimestampTz expires,
 										  bytea *fp, IdemRecordState *rec);
 
-/* machine.c, guard.c */
-
+/*
+ * machine.c: state machine definitions, compiled.
+ */
 /* Limit on machine names, in bytes (a CHECK on idem_machines says the same). */
 #define IDEM_MAX_MACHINE_BYTES	63
 
 /*
  * A compiled state machine.  When idem_machine_get sets *cached, the
- * machine belongs to the per-backend cache in machine.c and stays valid
+ * machine belongs to the per-backend cache in machine_cache.c and stays valid
  * until idem_machine_generation changes (a definition changed, in any
  * session); otherwise it lives in the caller's memory context and is for
  * the current call only.
@@ -233,45 +274,82 @@ typedef struct IdemMachine IdemMachine;
 extern uint64 idem_machine_generation;
 
 extern void idem_check_machine_name(const char *name, int len, const char *fname);
-extern IdemMachine *idem_machine_get(Oid nsp, const char *name, int len,
-									 const char *fname, bool *cached);
+extern IdemMachine *idem_machine_compile(const char *name, int namelen,
+										 Jsonb *def, const char *fname);
+extern void idem_machine_free(IdemMachine *m);
+extern void idem_machine_set_parent(IdemMachine *m, MemoryContext parent);
 extern const char *idem_machine_name(const IdemMachine *m);
+extern const char *idem_machine_state_name(const IdemMachine *m, int state);
 extern int	idem_machine_state(const IdemMachine *m, const char *state, int len);
 extern bool idem_machine_is_initial(const IdemMachine *m, int state);
 extern bool idem_machine_allows(const IdemMachine *m, int from, int to);
 extern char *idem_machine_state_list(const IdemMachine *m);
 extern char *idem_machine_initial_list(const IdemMachine *m);
 extern char *idem_machine_targets_hint(const IdemMachine *m, int from);
-extern char *idem_guards_of_machine(Oid nsp, const char *machine);
 
-/* worker.c, stats.c */
+/* machine_cache.c */
+extern IdemMachine *idem_machine_get(Oid nsp, const char *name, int len,
+									 const char *fname, bool *cached);
+extern Oid	idem_machines_relid(Oid nsp);
+
+/* transition.c: only SQL-callable functions. */
 
 /*
- * The counters of idem_stats, in the order of its columns.  See stats.c
- * for when each is counted (effects only when the transaction commits,
- * observations always).
+ * guard_cache.c, guard_trigger.c, guard.c: table guards.  A GuardEntry is
+ * guard_cache.c's entry for one trigger.
  */
-typedef enum IdemStatKind
+/* The arguments of a guard trigger: machine, status column, version column or '', role. */
+#define IDEM_GUARD_NARGS	4
+/* The fourth trigger argument. */
+#define IDEM_GUARD_ROLE_CHECK	"check"
+#define IDEM_GUARD_ROLE_VERSION	"version"
+#define IDEM_GUARD_ROLE_LOG		"log"
+
+typedef enum GuardRole
 {
-	IDEM_STAT_CLAIMED,				/* acquired: idem_claim true, idem_begin 'acquired' */
-	IDEM_STAT_DUPLICATE,			/* a live record answered the call */
-	IDEM_STAT_IN_PROGRESS_CONFLICT, /* a live lease answered the call */
-	IDEM_STAT_FINGERPRINT_MISMATCH, /* ID001 raised */
-	IDEM_STAT_TAKEOVER,				/* of the claimed: took over an existing record */
-	IDEM_STAT_COMPLETED,			/* idem_complete, idem_finish */
-	IDEM_STAT_FAILED,				/* idem_fail */
-	IDEM_STAT_PURGED,				/* expired records deleted by idem_purge */
-	IDEM_STAT_NKINDS
-} IdemStatKind;
+	GUARD_CHECK,
+	GUARD_VERSION,
+	GUARD_LOG
+} GuardRole;
 
-/* claim.c: the counter of a duplicate with this status */
-extern IdemStatKind idem_duplicate_stat(const char *status);
+typedef struct GuardEntry
+{
+	Oid			tgoid;			/* hash key */
+	bool		valid;			/* usable as is */
+	bool		stale;			/* invalidated since the build started */
+	bool		busy;			/* its log plan is executing */
+	Oid			relid;
+	MemoryContext cxt;			/* the strings and arrays below */
+	AttrNumber	status_att;
+	AttrNumber	version_att;	/* 0: no version column */
+	bool		version_int8;
+	GuardRole	role;
+	int			machine_len;
+	char		machine[IDEM_MAX_MACHINE_BYTES + 1];
+	IdemMachine *m;				/* valid while m_gen is current */
+	uint64		m_gen;
+	char	   *table_name;		/* schema-qualified, quoted as needed */
+	char	   *status_name;
+	/* history (AFTER trigger only) */
+	int			npk;
+	AttrNumber *pk_atts;
+	SPIPlanPtr	log_plan;
+} GuardEntry;
 
+extern GuardEntry *idem_guard_entry(FunctionCallInfo fcinfo, TriggerData *td);
+extern IdemMachine *idem_guard_machine(GuardEntry *e, FunctionCallInfo fcinfo,
+									  TriggerData *td);
+extern char *idem_guard_doing(TriggerData *td, const char *table);
+extern void idem_not_a_guard(Trigger *tg);
+extern char *idem_guards_of_machine(Oid nsp, const char *machine);
+
+/* stats.c (the enum IdemStatKind is above) */
 extern void idem_stats_init(void);
 extern void idem_stats_add(text *scope, IdemStatKind kind, int64 n);
 extern void idem_stats_count_rows(IdemStatKind kind);
 #define idem_stats_count(scope, kind) idem_stats_add((scope), (kind), 1)
 
+/* worker.c */
 extern void idem_worker_init(void);
 
 #endif							/* IDEMPOTENCY_H */

@@ -473,7 +473,7 @@ sub run_hijack
 	my ($ret, $out, $err) = $node->psql('postgres', hijack_script($p),
 		extra_params => [ '-U', $role ], on_error_stop => 0);
 	my @errors = ($err =~ /ERROR:\s+(\S+: [^\n]*)/g);
-	is_deeply(\@errors, [ 'ID004: idem_guard: illegal transition from "paid" to "new"' ],
+	is_deeply(\@errors, [ "ID004: guarded update of public.${p}_orders: illegal transition from \"paid\" to \"new\"" ],
 		"$role under a hostile search_path: the only error is the guard refusing paid -> new")
 	  or diag($err);
 	my @want = map { $_ eq 'PFX' ? $p : $_ } @expected_output;

@@ -1,0 +1,436 @@
+/*-------------------------------------------------------------------------
+ *
+ * guard_trigger.c
+ *	  The run time of a table guard: idem_guard_trigger, the C trigger
+ *	  that guard.c installs, firing inside the user's own INSERT or UPDATE
+ *	  of a guarded table.
+ *
+ *	  Roles (the fourth trigger argument): "check", an AFTER trigger that
+ *	  fires only when the WHEN condition (idem_guard_allows, transition.c)
+ *	  said no, finds out why and raises ID004; "version", a BEFORE UPDATE
+ *	  trigger that sets the version column to the old version + 1 on every
+ *	  change of the status; "log", an AFTER trigger that appends each
+ *	  change to idem_transition_log through a saved plan.
+ *
+ *	  Calls: guard_cache.c for the trigger's entry and its machine, and
+ *	  machine.c's questions; nothing in the chain calls back here.
+ *
+ *	  Errors: raised inside the user's statement, which rolls back.  Their
+ *	  messages begin with what the user did, "guarded update of <table>"
+ *	  or "guarded insert into <table>", since the user never called
+ *	  idem_guard.
+ *
+ *	  Locking and visibility: none beyond the user's statement's; the
+ *	  history INSERT runs through SPI in the same transaction, so it
+ *	  commits or rolls back with the change it records.
+ *
+ *	  Memory: per-row work is in the trigger's call context; the history
+ *	  plan and the entry belong to guard_cache.c.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "access/sysattr.h"
+#include "access/xact.h"
+#include "catalog/objectaddress.h"
+#include "catalog/pg_class.h"
+#include "catalog/pg_trigger.h"
+#include "catalog/pg_type.h"
+#include "commands/trigger.h"
+#include "common/hashfn.h"
+#include "common/int.h"
+#include "lib/stringinfo.h"
+#include "mb/pg_wchar.h"
+#include "miscadmin.h"
+#include "nodes/bitmapset.h"
+#include "storage/lmgr.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/hsearch.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+#include "utils/relcache.h"
+#include "utils/syscache.h"
+#include "utils/xid8.h"
+
+#include "idempotency.h"
+
+PG_FUNCTION_INFO_V1(idem_guard_trigger);
+
+/* ------------------------------------------------------------------------
+ * The checks
+ * ------------------------------------------------------------------------
+ */
+
+/* A status value for messages: "quoted", or NULL. */
+static char *
+show(text *t)
+{
+	return t == NULL ? pstrdup("NULL") : psprintf("\"%s\"", text_to_cstring(t));
+}
+
+static int
+state_of(IdemMachine *m, text *t)
+{
+	return t == NULL ? -1 : idem_machine_state(m, VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t));
+}
+
+static text *
+status_value(HeapTuple tuple, GuardEntry *e, TupleDesc desc)
+{
+	bool		isnull;
+	Datum		d = heap_getattr(tuple, e->status_att, desc, &isnull);
+
+	return isnull ? NULL : DatumGetTextPP(d);
+}
+
+static bool
+same_value(text *a, text *b)
+{
+	if (a == NULL || b == NULL)
+		return a == b;
+	return VARSIZE_ANY_EXHDR(a) == VARSIZE_ANY_EXHDR(b) &&
+		memcmp(VARDATA_ANY(a), VARDATA_ANY(b), VARSIZE_ANY_EXHDR(a)) == 0;
+}
+
+/* A row entering the machine (INSERT, or UPDATE from NULL) with status to. */
+static void
+check_entry_state(GuardEntry *e, IdemMachine *m, TriggerData *td, text *to)
+{
+	Relation	rel = td->tg_relation;
+	int			s = state_of(m, to);
+
+	if (s >= 0 && idem_machine_is_initial(m, s))
+		return;
+	ereport(ERROR,
+			(errcode(ERRCODE_IDEM_ILLEGAL_TRANSITION),
+			 errmsg("%s: illegal initial state %s",
+					idem_guard_doing(td, e->table_name), show(to)),
+			 errdetail("Machine \"%s\" does not allow a row to start in %s (column \"%s\" of table %s).",
+					   idem_machine_name(m), show(to), e->status_name, e->table_name),
+			 errhint("The initial states are %s.", idem_machine_initial_list(m)),
+			 errtablecol(rel, e->status_att)));
+}
+
+/* An UPDATE from a non-NULL from to a different to. */
+static void
+check_transition(GuardEntry *e, IdemMachine *m, TriggerData *td, text *from, text *to)
+{
+	Relation	rel = td->tg_relation;
+	int			f = state_of(m, from);
+	int			t = state_of(m, to);
+	const char *mname = idem_machine_name(m);
+
+	if (f >= 0 && t >= 0 && idem_machine_allows(m, f, t))
+		return;
+
+	if (t < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_IDEM_ILLEGAL_TRANSITION),
+				 errmsg("%s: illegal transition from %s to %s",
+						idem_guard_doing(td, e->table_name), show(from), show(to)),
+				 errdetail("Machine \"%s\" does not allow the transition from %s to %s: %s is not a state of the machine (column \"%s\" of table %s).",
+						   mname, show(from), show(to), show(to),
+						   e->status_name, e->table_name),
+				 errhint("The states of machine \"%s\" are %s.", mname,
+						 idem_machine_state_list(m)),
+				 errtablecol(rel, e->status_att)));
+	if (f < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_IDEM_ILLEGAL_TRANSITION),
+				 errmsg("%s: illegal transition from %s to %s",
+						idem_guard_doing(td, e->table_name), show(from), show(to)),
+				 errdetail("Machine \"%s\" does not allow the transition from %s to %s: the current value %s is not a state of the machine (column \"%s\" of table %s).",
+						   mname, show(from), show(to), show(from),
+						   e->status_name, e->table_name),
+				 errhint("Add the state to the machine with idem_machine_define(), or leave the value unchanged."),
+				 errtablecol(rel, e->status_att)));
+	ereport(ERROR,
+			(errcode(ERRCODE_IDEM_ILLEGAL_TRANSITION),
+			 errmsg("%s: illegal transition from %s to %s",
+						idem_guard_doing(td, e->table_name), show(from), show(to)),
+			 errdetail("Machine \"%s\" does not allow the transition from %s to %s (column \"%s\" of table %s).",
+					   mname, show(from), show(to), e->status_name, e->table_name),
+			 errhint("%s", idem_machine_targets_hint(m, f)),
+			 errtablecol(rel, e->status_att)));
+}
+
+/* newtuple with the version column set to the old version + 1. */
+static HeapTuple
+bump_version(GuardEntry *e, TriggerData *td, HeapTuple oldtuple, HeapTuple newtuple)
+{
+	Relation	rel = td->tg_relation;
+	TupleDesc	desc = RelationGetDescr(rel);
+	bool		isnull;
+	Datum		d = heap_getattr(oldtuple, e->version_att, desc, &isnull);
+	int			col = e->version_att;
+	bool		newnull = false;
+	Datum		val;
+	const char *vname = NameStr(TupleDescAttr(desc, e->version_att - 1)->attname);
+
+	if (isnull)
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s: version column \"%s\" of table %s is null",
+						idem_guard_doing(td, e->table_name), vname, e->table_name),
+				 errdetail("A status change increments the version, and a null version cannot be incremented."),
+				 errhint("Give the column a NOT NULL constraint and a default, for example 0."),
+				 errtablecol(rel, e->version_att)));
+	if (e->version_int8)
+	{
+		int64		v;
+
+		if (pg_add_s64_overflow(DatumGetInt64(d), 1, &v))
+			ereport(ERROR,
+					(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+					 errmsg("%s: version column \"%s\" of table %s is out of range",
+							idem_guard_doing(td, e->table_name), vname, e->table_name),
+					 errtablecol(rel, e->version_att)));
+		val = Int64GetDatum(v);
+	}
+	else
+	{
+		int32		v;
+
+		if (pg_add_s32_overflow(DatumGetInt32(d), 1, &v))
+			ereport(ERROR,
+					(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+					 errmsg("%s: version column \"%s\" of table %s is out of range",
+							idem_guard_doing(td, e->table_name), vname, e->table_name),
+					 errtablecol(rel, e->version_att)));
+		val = Int32GetDatum(v);
+	}
+	return heap_modify_tuple_by_cols(newtuple, desc, 1, &col, &val, &newnull);
+}
+
+/*
+ * Check the change td's row makes to the status column, failing with
+ * ID004 when the machine does not allow it; false when it makes no change
+ * (an UPDATE keeping the value).  The rules are those of
+ * idem_guard_allows, which has usually let the row pass already.
+ */
+static bool
+guard_check(GuardEntry *e, FunctionCallInfo fcinfo, TriggerData *td)
+{
+	Relation	rel = td->tg_relation;
+	TupleDesc	desc = RelationGetDescr(rel);
+	IdemMachine *m;
+	text	   *from;
+	text	   *to;
+
+	if (TRIGGER_FIRED_BY_INSERT(td->tg_event))
+	{
+		to = status_value(td->tg_trigtuple, e, desc);
+		m = idem_guard_machine(e, fcinfo, td);
+		check_entry_state(e, m, td, to);
+		return true;
+	}
+
+	from = status_value(td->tg_trigtuple, e, desc);
+	to = status_value(td->tg_newtuple, e, desc);
+	if (same_value(from, to))
+		return false;
+
+	m = idem_guard_machine(e, fcinfo, td);
+	if (from == NULL)
+		check_entry_state(e, m, td, to);
+	else
+		check_transition(e, m, td, from, to);
+	return true;
+}
+
+/* ------------------------------------------------------------------------
+ * History
+ * ------------------------------------------------------------------------
+ */
+
+/*
+ * Prepare the INSERT into idem_transition_log for this entry's table:
+ * $1 table, $2 column, $3 from, $4 to, $5 xact id, $6... the primary key
+ * columns, turned into a jsonb object by jsonb_build_object (so each value
+ * keeps its JSON type).  Called between SPI_connect and SPI_finish.
+ */
+static void
+guard_log_prepare(GuardEntry *e, Relation rel, Oid nsp)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+	Bitmapset  *pk = RelationGetIndexAttrBitmap(rel, INDEX_ATTR_BITMAP_PRIMARY_KEY);
+	char	   *nspname = get_namespace_name(nsp);
+	StringInfoData sql;
+	Oid		   *argtypes;
+	int			npk = bms_num_members(pk);
+	int			x = -1;
+	int			i = 0;
+	SPIPlanPtr	plan;
+
+	if (nspname == NULL)
+		elog(ERROR, "cache lookup failed for schema %u", nsp);
+
+	e->npk = npk;
+	e->pk_atts = MemoryContextAlloc(e->cxt, sizeof(AttrNumber) * Max(npk, 1));
+	argtypes = palloc(sizeof(Oid) * (5 + npk));
+	argtypes[0] = TEXTOID;
+	argtypes[1] = TEXTOID;
+	argtypes[2] = TEXTOID;
+	argtypes[3] = TEXTOID;
+	argtypes[4] = XID8OID;
+
+	initStringInfo(&sql);
+	appendStringInfo(&sql,
+					 "INSERT INTO %s.idem_transition_log"
+					 " (table_name, status_column, row_key, from_state, to_state, xact_id)"
+					 " VALUES ($1, $2, ",
+					 quote_identifier(nspname));
+	if (npk == 0)
+		appendStringInfoString(&sql, "NULL");
+	else
+	{
+		appendStringInfoString(&sql, "pg_catalog.jsonb_build_object(");
+		while ((x = bms_next_member(pk, x)) >= 0)
+		{
+			AttrNumber	att = x + FirstLowInvalidHeapAttributeNumber;
+			Form_pg_attribute a;
+
+			if (att <= 0 || att > desc->natts)
+				elog(ERROR, "primary key of \"%s\" has attribute number %d",
+					 RelationGetRelationName(rel), att);
+			a = TupleDescAttr(desc, att - 1);
+			e->pk_atts[i] = att;
+			argtypes[5 + i] = a->atttypid;
+			appendStringInfo(&sql, "%s%s, $%d", i > 0 ? ", " : "",
+							 quote_literal_cstr(NameStr(a->attname)), 6 + i);
+			i++;
+		}
+		appendStringInfoChar(&sql, ')');
+	}
+	appendStringInfoString(&sql, ", $3, $4, $5)");
+
+	plan = SPI_prepare(sql.data, 5 + npk, argtypes);
+	if (plan == NULL)
+		elog(ERROR, "SPI_prepare failed for \"%s\": %s",
+			 sql.data, SPI_result_code_string(SPI_result));
+	if (SPI_keepplan(plan) != 0)
+		elog(ERROR, "SPI_keepplan failed");
+	e->log_plan = plan;
+}
+
+/* AFTER ROW: append the change, if there is one, to idem_transition_log. */
+static void
+guard_log(GuardEntry *e, FunctionCallInfo fcinfo, TriggerData *td)
+{
+	Relation	rel = td->tg_relation;
+	TupleDesc	desc = RelationGetDescr(rel);
+	HeapTuple	row;
+	text	   *from = NULL;
+	text	   *to;
+	Datum	   *values;
+	char	   *nulls;
+	int			i;
+	volatile int rc = 0;
+
+	if (TRIGGER_FIRED_BY_INSERT(td->tg_event))
+		row = td->tg_trigtuple;
+	else
+	{
+		row = td->tg_newtuple;
+		from = status_value(td->tg_trigtuple, e, desc);
+	}
+	to = status_value(row, e, desc);
+	if (TRIGGER_FIRED_BY_UPDATE(td->tg_event) && same_value(from, to))
+		return;
+
+	idem_spi_connect();
+	if (e->log_plan == NULL)
+		guard_log_prepare(e, rel, idem_extension_schema(fcinfo));
+
+	values = palloc(sizeof(Datum) * (5 + e->npk));
+	nulls = palloc(5 + e->npk);
+	memset(nulls, ' ', 5 + e->npk);
+	values[0] = CStringGetTextDatum(e->table_name);
+	values[1] = CStringGetTextDatum(e->status_name);
+	values[2] = PointerGetDatum(from);
+	if (from == NULL)
+		nulls[2] = 'n';
+	values[3] = PointerGetDatum(to);
+	if (to == NULL)
+		nulls[3] = 'n';
+	values[4] = FullTransactionIdGetDatum(GetTopFullTransactionId());
+	for (i = 0; i < e->npk; i++)
+	{
+		bool		isnull;
+
+		values[5 + i] = heap_getattr(row, e->pk_atts[i], desc, &isnull);
+		if (isnull)
+			nulls[5 + i] = 'n';
+	}
+
+	e->busy = true;
+	PG_TRY();
+	{
+		rc = SPI_execute_plan(e->log_plan, values, nulls, false, 0);
+	}
+	PG_FINALLY();
+	{
+		e->busy = false;
+	}
+	PG_END_TRY();
+	if (rc != SPI_OK_INSERT)
+		elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(rc));
+	SPI_finish();
+}
+
+/*
+ * idem_guard_trigger() RETURNS trigger
+ *
+ * The trigger installed by idem_guard; not callable directly (39P01).
+ * BEFORE: fails with ID004 (an illegal initial state or transition, or a
+ * value that is not a state), 42704 (the machine was dropped), 22004/22003
+ * (the version column is NULL or would overflow), 42804/42703 (a column
+ * changed type or vanished since idem_guard).  AFTER: writes the history.
+ */
+Datum
+idem_guard_trigger(PG_FUNCTION_ARGS)
+{
+	TriggerData *td;
+	GuardEntry *e;
+
+	if (!CALLED_AS_TRIGGER(fcinfo))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("idem_guard_trigger: not called by the trigger manager")));
+	td = (TriggerData *) fcinfo->context;
+	if (!TRIGGER_FIRED_FOR_ROW(td->tg_event) ||
+		!(TRIGGER_FIRED_BY_INSERT(td->tg_event) || TRIGGER_FIRED_BY_UPDATE(td->tg_event)))
+		idem_not_a_guard(td->tg_trigger);
+
+	e = idem_guard_entry(fcinfo, td);
+
+	switch (e->role)
+	{
+		case GUARD_CHECK:
+			/* The WHEN condition said no: find out why, and fail. */
+			if (TRIGGER_FIRED_BEFORE(td->tg_event))
+				idem_not_a_guard(td->tg_trigger);
+			guard_check(e, fcinfo, td);
+			break;
+		case GUARD_VERSION:
+			if (!TRIGGER_FIRED_BEFORE(td->tg_event) ||
+				!TRIGGER_FIRED_BY_UPDATE(td->tg_event))
+				idem_not_a_guard(td->tg_trigger);
+			if (same_value(status_value(td->tg_trigtuple, e, RelationGetDescr(td->tg_relation)),
+						   status_value(td->tg_newtuple, e, RelationGetDescr(td->tg_relation))))
+				return PointerGetDatum(td->tg_newtuple);
+			return PointerGetDatum(bump_version(e, td,
+												td->tg_trigtuple, td->tg_newtuple));
+		case GUARD_LOG:
+			if (TRIGGER_FIRED_BEFORE(td->tg_event))
+				idem_not_a_guard(td->tg_trigger);
+			guard_log(e, fcinfo, td);
+			break;
+	}
+	return PointerGetDatum(NULL);
+}

@@ -1,0 +1,389 @@
+/*-------------------------------------------------------------------------
+ *
+ * machine_cache.c
+ *	  The per-backend cache of compiled state machines (idem_machine_get),
+ *	  loaded from the table idem_machines, and the trigger on that table
+ *	  (idem_machines_trigger) that validates what is stored and tells every
+ *	  backend to drop its cache.
+ *
+ *	  Cache: machine name -> compiled machine (machine.c), in a dynahash in
+ *	  CacheMemoryContext; each machine has its own memory context.  A
+ *	  machine is compiled on first use in a backend from the definition read
+ *	  through SPI with the latest snapshot.
+ *
+ *	  Invalidation: every change of idem_machines (idem_machine_define,
+ *	  idem_machine_drop, and any direct DML through a statement trigger)
+ *	  registers a relcache invalidation of idem_machines.  It is
+ *	  transactional: other backends receive it after the commit, at their
+ *	  next transaction start or lock acquisition; our own backend at the
+ *	  next command (and on abort).  A relcache callback drops the whole
+ *	  cache and bumps idem_machine_generation, which holders of machine
+ *	  pointers (fn_extra in transition.c, trigger entries in
+ *	  guard_cache.c) compare before each use.  A definition read with a
+ *	  snapshot older than an invalidation processed during the read is used
+ *	  once and not cached, so the cache never keeps a definition older than
+ *	  a change it has been told about.  In parallel mode (where the latest
+ *	  snapshot cannot be taken) the query's snapshot is used and nothing is
+ *	  cached beyond the query.
+ *
+ *	  Visibility: like catalog entries, definitions take effect by commit
+ *	  order, not by the caller's snapshot: a session sees another's
+ *	  committed redefinition from its next transaction on (sooner if it
+ *	  takes a new lock), and its own uncommitted definition at once.
+ *
+ *	  Memory: the cache lives in CacheMemoryContext.  Callbacks only free
+ *	  memory; nothing in this file holds a cached pointer across a call
+ *	  that could process invalidations (SPI, catalog access).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "access/xact.h"
+#include "catalog/dependency.h"
+#include "catalog/pg_class.h"
+#include "catalog/pg_type.h"
+#include "commands/extension.h"
+#include "commands/trigger.h"
+#include "utils/builtins.h"
+#include "utils/hsearch.h"
+#include "utils/inval.h"
+#include "utils/jsonb.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
+
+#include "idempotency.h"
+
+PG_FUNCTION_INFO_V1(idem_machines_trigger);
+
+typedef struct MachineEntry
+{
+	char		name[IDEM_MAX_MACHINE_BYTES + 1];	/* key, zero padded */
+	IdemMachine *machine;
+} MachineEntry;
+
+/* Bumped whenever the cache is dropped; see idempotency.h. */
+uint64		idem_machine_generation = 1;
+
+static HTAB *machine_cache = NULL;
+static IdemMachine *last_machine = NULL;	/* the last one found, if cached */
+static uint64 last_generation = 0;
+static Oid	machines_relid = InvalidOid;	/* idem_machines */
+static Oid	machines_nsp = InvalidOid;	/* its schema */
+static bool callback_registered = false;
+static IdemQuery q_machine_load = {
+	"SELECT m.definition FROM @extschema@.idem_machines m"
+	" WHERE m.machine OPERATOR(pg_catalog.=) $1",
+	1, {TEXTOID}
+};
+/* ------------------------------------------------------------------------
+ * The per-backend cache
+ * ------------------------------------------------------------------------
+ */
+
+static void
+machine_cache_reset(void)
+{
+	if (machine_cache != NULL)
+	{
+		HASH_SEQ_STATUS seq;
+		MachineEntry *e;
+
+		hash_seq_init(&seq, machine_cache);
+		while ((e = (MachineEntry *) hash_seq_search(&seq)) != NULL)
+			idem_machine_free(e->machine);
+		hash_destroy(machine_cache);
+		machine_cache = NULL;
+	}
+	last_machine = NULL;
+	idem_machine_generation++;
+}
+
+/* Relcache callback: any invalidation of idem_machines drops the cache. */
+static void
+machine_cache_callback(Datum arg, Oid relid)
+{
+	if (!OidIsValid(relid) || relid == machines_relid)
+	{
+		machine_cache_reset();
+		machines_relid = InvalidOid;
+		machines_nsp = InvalidOid;
+	}
+}
+
+/* Register the callback once and know the OID of idem_machines in nsp. */
+static void
+machine_cache_prepare(Oid nsp)
+{
+	Oid			relid;
+
+	if (!callback_registered)
+	{
+		CacheRegisterRelcacheCallback(machine_cache_callback, (Datum) 0);
+		callback_registered = true;
+	}
+	if (OidIsValid(machines_relid) && machines_nsp == nsp)
+		return;
+
+	if (OidIsValid(machines_nsp) && machines_nsp != nsp)
+		machine_cache_reset();
+	relid = get_relname_relid("idem_machines", nsp);
+	if (!OidIsValid(relid))
+		elog(ERROR, "idempotency: table idem_machines is missing from schema %u", nsp);
+	machines_relid = relid;
+	machines_nsp = nsp;
+}
+
+/* The OID of idem_machines in nsp (for invalidations by transition.c). */
+Oid
+idem_machines_relid(Oid nsp)
+{
+	machine_cache_prepare(nsp);
+	return machines_relid;
+}
+
+/*
+ * Read the definition of a machine, copied into the caller's memory
+ * context; 42704 when there is none.  *fresh is set when it was read with
+ * the latest snapshot (outside parallel mode).
+ */
+static Jsonb *
+machine_load(Oid nsp, const char *name, int len, const char *fname, bool *fresh)
+{
+	MemoryContext caller = CurrentMemoryContext;
+	Datum		values[1];
+	SPIPlanPtr	plan;
+	int			rc;
+	Jsonb	   *def = NULL;
+
+	values[0] = PointerGetDatum(cstring_to_text_with_len(name, len));
+
+	idem_spi_connect();
+	plan = idem_query_plan(&q_machine_load, nsp);
+	if (IsInParallelMode())
+	{
+		rc = SPI_execute_plan(plan, values, NULL, true, 1);
+		*fresh = false;
+	}
+	else
+	{
+		rc = SPI_execute_snapshot(plan, values, NULL, GetLatestSnapshot(),
+								  InvalidSnapshot, true, false, 1);
+		*fresh = true;
+	}
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "SPI_execute failed: %s", SPI_result_code_string(rc));
+	if (SPI_processed == 1)
+	{
+		bool		isnull;
+		Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
+									  1, &isnull);
+
+		if (!isnull)
+		{
+			MemoryContext old = MemoryContextSwitchTo(caller);
+
+			def = DatumGetJsonbPCopy(d);
+			MemoryContextSwitchTo(old);
+		}
+	}
+	SPI_finish();
+
+	if (def == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("%s: machine \"%s\" does not exist", fname,
+						pnstrdup(name, len)),
+				 errhint("Define it with idem_machine_define().")));
+	return def;
+}
+
+/*
+ * The compiled machine called name (len bytes) in the extension schema
+ * nsp: from the cache, or read and compiled.  Fails with 22023/22001 for a
+ * bad name, 42704 when the machine does not exist, 22023 when its stored
+ * definition is malformed.  See idempotency.h for *cached.
+ */
+IdemMachine *
+idem_machine_get(Oid nsp, const char *name, int len, const char *fname,
+				 bool *cached)
+{
+	char		key[IDEM_MAX_MACHINE_BYTES + 1];
+	MachineEntry *e;
+	uint64		gen;
+	Jsonb	   *def;
+	IdemMachine *m;
+	bool		fresh;
+	bool		found;
+
+	idem_check_machine_name(name, len, fname);
+
+	/* The machine asked for last time: no hashing (every query asks anew). */
+	if (last_machine != NULL && last_generation == idem_machine_generation &&
+		machines_nsp == nsp && OidIsValid(machines_relid) &&
+		memcmp(idem_machine_name(last_machine), name, len) == 0 &&
+		idem_machine_name(last_machine)[len] == '\0')
+	{
+		*cached = true;
+		return last_machine;
+	}
+
+	machine_cache_prepare(nsp);
+
+	memset(key, 0, sizeof(key));
+	memcpy(key, name, len);
+	if (machine_cache != NULL)
+	{
+		e = (MachineEntry *) hash_search(machine_cache, key, HASH_FIND, NULL);
+		if (e != NULL)
+		{
+			*cached = true;
+			last_machine = e->machine;
+			last_generation = idem_machine_generation;
+			return e->machine;
+		}
+	}
+
+	gen = idem_machine_generation;
+	def = machine_load(nsp, name, len, fname, &fresh);
+	m = idem_machine_compile(name, len, def, fname);
+
+	*cached = false;
+	if (!fresh || gen != idem_machine_generation || !OidIsValid(machines_relid))
+		return m;				/* raced with an invalidation: use once */
+
+	if (machine_cache == NULL)
+	{
+		HASHCTL		ctl;
+
+		memset(&ctl, 0, sizeof(ctl));
+		ctl.keysize = sizeof(key);
+		ctl.entrysize = sizeof(MachineEntry);
+		ctl.hcxt = CacheMemoryContext;
+		machine_cache = hash_create("idempotency machines", 16, &ctl,
+									HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	}
+	e = (MachineEntry *) hash_search(machine_cache, key, HASH_ENTER, &found);
+	if (found)
+	{
+		/* Cannot happen without recursion; keep the entry we have. */
+		idem_machine_free(m);
+		*cached = true;
+		return e->machine;
+	}
+	idem_machine_set_parent(m, CacheMemoryContext);
+	e->machine = m;
+	*cached = true;
+	last_machine = m;
+	last_generation = idem_machine_generation;
+	return m;
+}
+/*
+ * idem_machines_trigger() RETURNS trigger
+ *
+ * On idem_machines.  Row level, BEFORE INSERT OR UPDATE: validates the new
+ * definition as idem_machine_define does (22023), so direct DML and
+ * restores cannot store a malformed machine.  Statement level, AFTER any
+ * change: registers the invalidation of every backend's cache.
+ */
+/*
+ * Refuse to run idem_machines_trigger anywhere but on the extension's own
+ * idem_machines (or, once idem_distribute() made it a Citus reference
+ * table, a placement of it on this node), with the columns and types the
+ * install script gives it:
+ * the function is reachable by any role that may create a trigger (on a
+ * temporary table, say), and reads the columns as text and jsonb.  Fails
+ * with 39P01 (trigger protocol violated).
+ */
+static void
+check_machines_trigger(FunctionCallInfo fcinfo, TriggerData *td)
+{
+	Relation	rel = td->tg_relation;
+	Oid			nsp = idem_extension_schema(fcinfo);
+	TupleDesc	desc = RelationGetDescr(rel);
+	int			name_att;
+	int			def_att;
+
+	Oid			machines = get_relname_relid("idem_machines", nsp);
+
+	/* On Citus, a placement of the reference table idem_machines too. */
+	if (RelationGetRelid(rel) != machines ?
+		!idem_citus_shard_of(rel, machines) :
+		getExtensionOfObject(RelationRelationId, RelationGetRelid(rel)) !=
+		get_extension_oid("idempotency", true))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("idem_machines_trigger: may fire only on the extension's table idem_machines"),
+				 errdetail("Trigger \"%s\" fired on table \"%s\".",
+						   td->tg_trigger->tgname, RelationGetRelationName(rel)),
+				 errhint("Drop the trigger; define state machines with idem_machine_define().")));
+
+	name_att = SPI_fnumber(desc, "machine");
+	def_att = SPI_fnumber(desc, "definition");
+	if (name_att <= 0 || def_att <= 0 ||
+		TupleDescAttr(desc, name_att - 1)->atttypid != TEXTOID ||
+		TupleDescAttr(desc, def_att - 1)->atttypid != JSONBOID)
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("idem_machines_trigger: table idem_machines has lost its machine text or definition jsonb column"),
+				 errhint("Reinstall the extension, or restore idem_machines from a dump.")));
+}
+
+Datum
+idem_machines_trigger(PG_FUNCTION_ARGS)
+{
+	TriggerData *td;
+
+	if (!CALLED_AS_TRIGGER(fcinfo))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("idem_machines_trigger: not called by the trigger manager")));
+	td = (TriggerData *) fcinfo->context;
+	check_machines_trigger(fcinfo, td);
+
+	if (TRIGGER_FIRED_FOR_STATEMENT(td->tg_event))
+	{
+		/* The caches follow idem_machines, also when this is its shard. */
+		CacheInvalidateRelcacheByRelid(idem_machines_relid(idem_extension_schema(fcinfo)));
+		return PointerGetDatum(NULL);
+	}
+
+	if (TRIGGER_FIRED_BEFORE(td->tg_event) &&
+		(TRIGGER_FIRED_BY_INSERT(td->tg_event) || TRIGGER_FIRED_BY_UPDATE(td->tg_event)))
+	{
+		HeapTuple	tuple = TRIGGER_FIRED_BY_UPDATE(td->tg_event) ?
+			td->tg_newtuple : td->tg_trigtuple;
+		TupleDesc	desc = RelationGetDescr(td->tg_relation);
+		int			name_att = SPI_fnumber(desc, "machine");
+		int			def_att = SPI_fnumber(desc, "definition");
+		Datum		name;
+		Datum		def;
+		bool		name_null;
+		bool		def_null;
+
+		name = heap_getattr(tuple, name_att, desc, &name_null);
+		def = heap_getattr(tuple, def_att, desc, &def_null);
+
+		/* NULLs are left to the NOT NULL constraints. */
+		if (!name_null && !def_null)
+		{
+			text	   *t = DatumGetTextPP(name);
+			IdemMachine *m;
+
+			idem_check_machine_name(VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t),
+									"idem_machines");
+			m = idem_machine_compile(VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t),
+								DatumGetJsonbP(def), "idem_machines");
+			idem_machine_free(m);
+		}
+		return PointerGetDatum(tuple);
+	}
+
+	ereport(ERROR,
+			(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+			 errmsg("idem_machines_trigger: unsupported trigger event")));
+	return PointerGetDatum(NULL);	/* keep the compiler quiet */
+}

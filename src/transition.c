@@ -1,0 +1,349 @@
+/*-------------------------------------------------------------------------
+ *
+ * transition.c
+ *	  The SQL API of state machines: idem_machine_define and
+ *	  idem_machine_drop (the definitions in idem_machines),
+ *	  idem_can_transition and idem_transition (asking a machine), and
+ *	  idem_guard_allows (the rule of a table guard, evaluated in the WHEN
+ *	  condition of the triggers guard.c installs).
+ *
+ *	  Calls: machine.c and machine_cache.c for the machine, and guard.c
+ *	  (idem_guards_of_machine) when a machine is dropped; nothing calls
+ *	  back into this file.
+ *
+ *	  Cache: each call site keeps the machine it used last in fn_extra,
+ *	  valid while idem_machine_generation (machine_cache.c) is unchanged,
+ *	  so a repeated call with the same name costs one memcmp.
+ *
+ *	  Locking and visibility: idem_machine_define and idem_machine_drop
+ *	  write idem_machines through SPI in the caller's transaction (row locks
+ *	  as any INSERT ... ON CONFLICT or DELETE) and register the relcache
+ *	  invalidation that makes every backend drop its cache after commit.
+ *	  The questions take no lock and read no table once the machine is
+ *	  cached.
+ *
+ *	  Memory: a machine in fn_extra belongs to the cache, or, in parallel
+ *	  mode, to fn_mcxt for the rest of the query.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/parallel.h"
+#include "catalog/pg_type.h"
+#include "utils/builtins.h"
+#include "utils/inval.h"
+#include "utils/jsonb.h"
+#include "utils/memutils.h"
+
+#include "idempotency.h"
+
+PG_FUNCTION_INFO_V1(idem_machine_define);
+PG_FUNCTION_INFO_V1(idem_machine_drop);
+PG_FUNCTION_INFO_V1(idem_can_transition);
+PG_FUNCTION_INFO_V1(idem_transition);
+PG_FUNCTION_INFO_V1(idem_guard_allows);
+
+static IdemQuery q_machine_upsert = {
+	"INSERT INTO @extschema@.idem_machines AS m (machine, definition, updated_at)"
+	" VALUES ($1, $2, pg_catalog.now())"
+	" ON CONFLICT ON CONSTRAINT idem_machines_pkey DO UPDATE"
+	" SET definition = EXCLUDED.definition, updated_at = EXCLUDED.updated_at",
+	2, {TEXTOID, JSONBOID}
+};
+
+static IdemQuery q_machine_delete = {
+	"DELETE FROM @extschema@.idem_machines m"
+	" WHERE m.machine OPERATOR(pg_catalog.=) $1",
+	1, {TEXTOID}
+};
+/* The machine-name argument: not NULL (22004), then idem_check_machine_name. */
+static text *
+machine_arg(FunctionCallInfo fcinfo, int argno, const char *fname)
+{
+	text	   *name;
+
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s: machine must not be null", fname)));
+	name = PG_GETARG_TEXT_PP(argno);
+	idem_check_machine_name(VARDATA_ANY(name), VARSIZE_ANY_EXHDR(name), fname);
+	return name;
+}
+/* ------------------------------------------------------------------------
+ * SQL-callable functions
+ * ------------------------------------------------------------------------
+ */
+
+/* Per-call-site cache in fn_extra: the last machine used. */
+typedef struct CallCache
+{
+	uint64		gen;			/* idem_machine_generation when looked up */
+	IdemMachine *machine;
+	int			len;
+	char		name[IDEM_MAX_MACHINE_BYTES + 1];
+} CallCache;
+
+/*
+ * The machine named by argument 0, through fn_extra: a repeated call with
+ * the same name costs one memcmp until any definition changes.
+ */
+static IdemMachine *
+call_machine(FunctionCallInfo fcinfo, const char *fname)
+{
+	CallCache  *cc = (CallCache *) fcinfo->flinfo->fn_extra;
+	text	   *name;
+	const char *p;
+	int			len;
+	IdemMachine *m;
+	bool		cached;
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s: machine must not be null", fname)));
+	name = PG_GETARG_TEXT_PP(0);
+	p = VARDATA_ANY(name);
+	len = VARSIZE_ANY_EXHDR(name);
+
+	if (cc != NULL && cc->gen == idem_machine_generation &&
+		cc->len == len && memcmp(cc->name, p, len) == 0)
+		return cc->machine;
+
+	m = idem_machine_get(idem_extension_schema(fcinfo), p, len, fname, &cached);
+	if (!cached)
+	{
+		/*
+		 * In parallel mode nothing is cached per backend: keep the machine
+		 * for the rest of this query.  Otherwise it raced with an
+		 * invalidation: use it for this call only.
+		 */
+		if (!IsInParallelMode())
+			return m;
+		idem_machine_set_parent(m, fcinfo->flinfo->fn_mcxt);
+	}
+	if (cc == NULL)
+	{
+		cc = MemoryContextAllocZero(fcinfo->flinfo->fn_mcxt, sizeof(CallCache));
+		fcinfo->flinfo->fn_extra = cc;
+	}
+	cc->gen = idem_machine_generation;
+	cc->machine = m;
+	cc->len = len;
+	memcpy(cc->name, p, len);
+	return m;
+}
+
+/* The state named by a text argument; 22023 when it is not a state. */
+static int
+state_arg(const IdemMachine *m, text *t, const char *fname)
+{
+	int			s = idem_machine_state(m, VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t));
+
+	if (s < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s: \"%s\" is not a state of machine \"%s\"",
+						fname, text_to_cstring(t), idem_machine_name(m)),
+				 errdetail("The states of machine \"%s\" are %s.",
+						   idem_machine_name(m), idem_machine_state_list(m))));
+	return s;
+}
+
+/*
+ * idem_can_transition(machine text, from_state text, to_state text)
+ *   RETURNS boolean
+ *
+ * True exactly when from_state -> to_state is declared in machine.  NULL
+ * from_state or to_state gives false (NULL is no state).  Fails with 22004
+ * (NULL machine), 22023/22001 (empty or too long machine name), 42704
+ * (no such machine), 22023 (from_state or to_state is not a state of it).
+ */
+Datum
+idem_can_transition(PG_FUNCTION_ARGS)
+{
+	const char *fname = "idem_can_transition";
+	IdemMachine *m = call_machine(fcinfo, fname);
+	int			from;
+	int			to;
+
+	if (PG_ARGISNULL(1) || PG_ARGISNULL(2))
+		PG_RETURN_BOOL(false);
+	from = state_arg(m, PG_GETARG_TEXT_PP(1), fname);
+	to = state_arg(m, PG_GETARG_TEXT_PP(2), fname);
+	PG_RETURN_BOOL(idem_machine_allows(m, from, to));
+}
+
+/*
+ * idem_transition(machine text, from_state text, to_state text) RETURNS text
+ *
+ * to_state when from_state -> to_state is declared; from_state unchanged
+ * when the two are equal (a repeated event).  Fails with 22004 (any
+ * argument NULL), 22023/22001 (bad machine name), 42704 (no such machine),
+ * 22023 (from_state or to_state is not a state of it), ID004 (the
+ * transition is not declared; the hint lists the allowed targets).
+ */
+Datum
+idem_transition(PG_FUNCTION_ARGS)
+{
+	const char *fname = "idem_transition";
+	IdemMachine *m = call_machine(fcinfo, fname);
+	text	   *from_t;
+	text	   *to_t;
+	int			from;
+	int			to;
+
+	if (PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s: from_state must not be null", fname)));
+	if (PG_ARGISNULL(2))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s: to_state must not be null", fname)));
+	from_t = PG_GETARG_TEXT_PP(1);
+	to_t = PG_GETARG_TEXT_PP(2);
+	from = state_arg(m, from_t, fname);
+	to = state_arg(m, to_t, fname);
+
+	if (from == to)
+		PG_RETURN_DATUM(PG_GETARG_DATUM(1));
+	if (!idem_machine_allows(m, from, to))
+		ereport(ERROR,
+				(errcode(ERRCODE_IDEM_ILLEGAL_TRANSITION),
+				 errmsg("%s: illegal transition from \"%s\" to \"%s\"",
+						fname, idem_machine_state_name(m, from),
+						idem_machine_state_name(m, to)),
+				 errdetail("Machine \"%s\" does not allow the transition from \"%s\" to \"%s\".",
+						   idem_machine_name(m), idem_machine_state_name(m, from),
+						   idem_machine_state_name(m, to)),
+				 errhint("%s", idem_machine_targets_hint(m, from))));
+	PG_RETURN_DATUM(PG_GETARG_DATUM(2));
+}
+
+/*
+ * idem_guard_allows(machine text, old_status text, new_status text)
+ *   RETURNS boolean
+ *
+ * The rule of a guard (guard.c), evaluated in the WHEN condition of its
+ * triggers: true when the value is unchanged (bytewise, NULL included),
+ * when old_status is NULL and new_status is an initial state, or when
+ * old_status -> new_status is declared; false otherwise, values that are
+ * not states included (the trigger then fires and explains).  Fails with
+ * 22004 (NULL machine), 22023/22001 (bad machine name), 42704 (no such
+ * machine).
+ */
+Datum
+idem_guard_allows(PG_FUNCTION_ARGS)
+{
+	IdemMachine *m = call_machine(fcinfo, "idem_guard_allows");
+	text	   *from;
+	text	   *to;
+	int			f;
+	int			t;
+
+	if (PG_ARGISNULL(2))
+		PG_RETURN_BOOL(PG_ARGISNULL(1));
+	to = PG_GETARG_TEXT_PP(2);
+	t = idem_machine_state(m, VARDATA_ANY(to), VARSIZE_ANY_EXHDR(to));
+	if (PG_ARGISNULL(1))
+		PG_RETURN_BOOL(t >= 0 && idem_machine_is_initial(m, t));
+
+	from = PG_GETARG_TEXT_PP(1);
+	if (VARSIZE_ANY_EXHDR(from) == VARSIZE_ANY_EXHDR(to) &&
+		memcmp(VARDATA_ANY(from), VARDATA_ANY(to), VARSIZE_ANY_EXHDR(to)) == 0)
+		PG_RETURN_BOOL(true);
+	if (t < 0)
+		PG_RETURN_BOOL(false);
+	f = idem_machine_state(m, VARDATA_ANY(from), VARSIZE_ANY_EXHDR(from));
+	PG_RETURN_BOOL(f >= 0 && idem_machine_allows(m, f, t));
+}
+
+/*
+ * idem_machine_define(machine text, definition jsonb) RETURNS void
+ *
+ * Creates the machine, or replaces its definition in one statement.
+ * Fails with 22004 (NULL argument), 22023/22001 (bad machine name), 22023
+ * (malformed definition: the detail says what is wrong; nothing is
+ * written), 25006 (read-only transaction), 42501 (no privilege on
+ * idem_machines).
+ */
+Datum
+idem_machine_define(PG_FUNCTION_ARGS)
+{
+	const char *fname = "idem_machine_define";
+	text	   *name = machine_arg(fcinfo, 0, fname);
+	Oid			nsp = idem_extension_schema(fcinfo);
+	Jsonb	   *def;
+	IdemMachine *m;
+	Datum		values[2];
+
+	if (PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s: definition must not be null", fname)));
+	def = PG_GETARG_JSONB_P(1);
+
+	/* Validate completely first; the compiled form is not kept. */
+	m = idem_machine_compile(VARDATA_ANY(name), VARSIZE_ANY_EXHDR(name), def, fname);
+	idem_machine_free(m);
+
+	idem_check_writable(fname);
+
+	values[0] = PointerGetDatum(name);
+	values[1] = PointerGetDatum(def);
+
+	idem_spi_connect();
+	CacheInvalidateRelcacheByRelid(idem_machines_relid(nsp));
+	idem_query_exec(&q_machine_upsert, nsp, values, NULL, false, 0);
+	SPI_finish();
+
+	PG_RETURN_VOID();
+}
+
+/*
+ * idem_machine_drop(machine text) RETURNS void
+ *
+ * Deletes the machine.  Fails with 22004 (NULL), 22023/22001 (bad name),
+ * 25006 (read-only transaction), 42704 (no such machine), 2BP01 (a guard
+ * installed by idem_guard still uses it: the detail lists them), 42501 (no
+ * privilege on idem_machines).
+ */
+Datum
+idem_machine_drop(PG_FUNCTION_ARGS)
+{
+	const char *fname = "idem_machine_drop";
+	text	   *name = machine_arg(fcinfo, 0, fname);
+	Oid			nsp = idem_extension_schema(fcinfo);
+	char	   *cname = text_to_cstring(name);
+	char	   *users;
+	Datum		values[1];
+
+	idem_check_writable(fname);
+
+	values[0] = PointerGetDatum(name);
+
+	idem_spi_connect();
+	CacheInvalidateRelcacheByRelid(idem_machines_relid(nsp));
+
+	/*
+	 * Delete first, then look for guards: a concurrent idem_guard that
+	 * committed while we waited for the row is then seen (READ COMMITTED).
+	 */
+	if (idem_query_exec(&q_machine_delete, nsp, values, NULL, false, 0) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("%s: machine \"%s\" does not exist", fname, cname)));
+
+	users = idem_guards_of_machine(nsp, cname);
+	if (users != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST),
+				 errmsg("%s: machine \"%s\" is used by guards", fname, cname),
+				 errdetail("Machine \"%s\" is enforced on %s.", cname, users),
+				 errhint("Remove the guards with idem_unguard() first.")));
+	SPI_finish();
+
+	PG_RETURN_VOID();
+}

@@ -277,6 +277,32 @@ batch_arg_keys(FunctionCallInfo fcinfo, int argno, const char *fname,
 }
 
 /*
+ * The fast path (READ COMMITTED and a plain idem_records; see direct.c)
+ * instead of the three steps of batch_claim: each key in sorted order,
+ * inserted or found by its primary key probe through the open fast path
+ * direct; a record to take over goes through idem_claim_one's UPDATE at
+ * once, so the order is kept.  Statistics are counted per key by claim.c.
+ */
+static void
+batch_claim_direct(IdemDirect *direct, Oid nsp, text *scope, BatchKey *distinct,
+				   int m, TimestampTz now, TimestampTz expires, char *state)
+{
+	const char *fname = "idem_claim_many";
+	int			i;
+
+	for (i = 0; i < m; i++)
+	{
+		text	   *key = (text *) DatumGetPointer(distinct[i].key);
+		int			r;
+
+		r = idem_claim_direct_in(direct, scope, key, now, expires, NULL, fname);
+		if (r < 0)
+			r = idem_claim_one(nsp, scope, key, now, expires, NULL, fname);
+		state[i] = r ? KEY_CLAIMED : KEY_DUPLICATE;
+	}
+}
+
+/*
  * Claim the m sorted distinct keys of scope; on return state[i] is
  * KEY_CLAIMED or KEY_DUPLICATE for each.  See the header comment for the
  * three steps and why they keep the lock order.
@@ -299,26 +325,11 @@ batch_claim(Oid nsp, text *scope, BatchKey *distinct, int m,
 
 	idem_spi_connect();
 
-	/*
-	 * The fast path (READ COMMITTED and a plain idem_records; see
-	 * direct.c) instead of the three steps: each key in sorted order,
-	 * inserted or found by its primary key probe; a record to take over
-	 * goes through idem_claim_one's UPDATE at once, so the order is kept.
-	 * Statistics are counted per key by those functions.
-	 */
+	/* The fast path where it applies (see batch_claim_direct). */
 	direct = idem_direct_open(nsp);
 	if (direct != NULL)
 	{
-		for (i = 0; i < m; i++)
-		{
-			text	   *key = (text *) DatumGetPointer(distinct[i].key);
-			int			r;
-
-			r = idem_claim_direct_in(direct, scope, key, now, expires, NULL, fname);
-			if (r < 0)
-				r = idem_claim_one(nsp, scope, key, now, expires, NULL, fname);
-			state[i] = r ? KEY_CLAIMED : KEY_DUPLICATE;
-		}
+		batch_claim_direct(direct, nsp, scope, distinct, m, now, expires, state);
 		idem_direct_close(direct);
 		SPI_finish();
 		return;

@@ -166,6 +166,31 @@ idem_not_a_guard(Trigger *tg)
 			 errhint("Install guards with idem_guard().")));
 }
 
+/* The version column of a version trigger's entry: by name, integer or bigint. */
+static void
+guard_entry_version(GuardEntry *e, TriggerData *td, const char *table)
+{
+	TupleDesc	desc = RelationGetDescr(td->tg_relation);
+	const char *version = td->tg_trigger->tgargs[2];
+	Form_pg_attribute attr;
+
+	e->version_att = column_of(desc, version);
+	if (e->version_att == InvalidAttrNumber)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_COLUMN),
+				 errmsg("%s: version column \"%s\" of table %s does not exist",
+						idem_guard_doing(td, table), version, e->table_name),
+				 errhint("After renaming a guarded column, install the guard again with idem_guard().")));
+	attr = TupleDescAttr(desc, e->version_att - 1);
+	if (attr->atttypid != INT4OID && attr->atttypid != INT8OID)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATATYPE_MISMATCH),
+				 errmsg("%s: version column \"%s\" of table %s must be of type integer or bigint",
+						idem_guard_doing(td, table), version, e->table_name),
+				 errdetail("The column is of type %s.", format_type_be(attr->atttypid))));
+	e->version_int8 = (attr->atttypid == INT8OID);
+}
+
 /* The cache entry of the firing trigger, built on first use. */
 static GuardEntry *
 guard_entry(TriggerData *td)
@@ -176,7 +201,6 @@ guard_entry(TriggerData *td)
 	GuardEntry *e;
 	Form_pg_attribute attr;
 	MemoryContext old;
-	const char *version;
 	bool		found;
 	char	   *nspname;
 	char	   *table;
@@ -274,25 +298,8 @@ guard_entry(TriggerData *td)
 					 errhint("Install the guard again with idem_guard() after fixing the column.")));
 	}
 
-	version = tg->tgargs[2];
 	if (e->role == GUARD_VERSION)
-	{
-		e->version_att = column_of(desc, version);
-		if (e->version_att == InvalidAttrNumber)
-			ereport(ERROR,
-					(errcode(ERRCODE_UNDEFINED_COLUMN),
-					 errmsg("%s: version column \"%s\" of table %s does not exist",
-							idem_guard_doing(td, table), version, e->table_name),
-					 errhint("After renaming a guarded column, install the guard again with idem_guard().")));
-		attr = TupleDescAttr(desc, e->version_att - 1);
-		if (attr->atttypid != INT4OID && attr->atttypid != INT8OID)
-			ereport(ERROR,
-					(errcode(ERRCODE_DATATYPE_MISMATCH),
-					 errmsg("%s: version column \"%s\" of table %s must be of type integer or bigint",
-							idem_guard_doing(td, table), version, e->table_name),
-					 errdetail("The column is of type %s.", format_type_be(attr->atttypid))));
-		e->version_int8 = (attr->atttypid == INT8OID);
-	}
+		guard_entry_version(e, td, table);
 
 	/* Valid unless an invalidation arrived during the build. */
 	e->valid = !e->stale;

@@ -229,43 +229,35 @@ ref_index(const NameRef *names, int n, NameRef r)
 }
 
 /*
- * Validate a definition and compile it.  The result lives in a new memory
- * context under CurrentMemoryContext; the caller may re-parent it.  Every
- * problem fails with 22023 and a detail saying exactly what is wrong.
+ * A definition on its way to a compiled machine: the names point into the
+ * jsonb (not terminated); indexes are into all[], the interned states.
  */
-IdemMachine *
-idem_machine_compile(const char *name, int namelen, Jsonb *def, const char *fname)
+typedef struct Draft
 {
+	const char *fname;
 	char		mname[IDEM_MAX_MACHINE_BYTES + 1];
+	int			namelen;
+	NameRef    *initial;		/* as declared */
+	int			ninitial;
+	RawSource  *sources;		/* the keys of "transitions", as declared */
+	int			nsources;
+	NameRef    *all;			/* every state once, sorted bytewise */
+	int			nstates;
+	int		   *initial_idx;	/* initial[i] as an index into all */
+	int		  **adj;			/* targets of each state, declared order */
+	int		   *nadj;
+	bool	   *seen;			/* initial, then: reachable */
+} Draft;
+
+/* The top level: an object with exactly "initial" and "transitions". */
+static void
+draft_top(Draft *d, Jsonb *def, JsonbValue *initial_v, JsonbValue *trans_v)
+{
 	JsonbIterator *it;
 	JsonbIteratorToken tok;
 	JsonbValue	v;
-	JsonbValue	initial_v;
-	JsonbValue	trans_v;
 	bool		have_initial = false;
 	bool		have_trans = false;
-	NameRef    *initial;
-	int			ninitial;
-	RawSource  *sources;
-	int			nsources = 0;
-	NameRef    *all;
-	int			nall = 0;
-	int			nstates;
-	int		   *initial_idx;
-	bool	   *seen;
-	int		   *queue;
-	int			qhead = 0;
-	int			qtail = 0;
-	int		  **adj;
-	int		   *nadj;
-	MemoryContext cxt;
-	MemoryContext old;
-	IdemMachine *m;
-	int			i;
-	int			j;
-
-	memcpy(mname, name, namelen);
-	mname[namelen] = '\0';
 
 	if (JB_ROOT_IS_SCALAR(def) || !JB_ROOT_IS_OBJECT(def))
 	{
@@ -278,11 +270,10 @@ idem_machine_compile(const char *name, int namelen, Jsonb *def, const char *fnam
 			if (JsonbExtractScalar(&def->root, &scalar))
 				kind = value_kind(&scalar);
 		}
-		malformed(fname, mname,
+		malformed(d->fname, d->mname,
 				  psprintf("The definition is a JSON %s; it must be an object.", kind));
 	}
 
-	/* Top level: exactly the keys "initial" and "transitions". */
 	it = JsonbIteratorInit(&def->root);
 	while ((tok = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
 	{
@@ -295,35 +286,46 @@ idem_machine_compile(const char *name, int namelen, Jsonb *def, const char *fnam
 		Assert(tok == WJB_VALUE);
 		if (strcmp(key, "initial") == 0)
 		{
-			initial_v = v;
+			*initial_v = v;
 			have_initial = true;
 		}
 		else if (strcmp(key, "transitions") == 0)
 		{
-			trans_v = v;
+			*trans_v = v;
 			have_trans = true;
 		}
 		else
-			malformed(fname, mname,
+			malformed(d->fname, d->mname,
 					  psprintf("The key \"%s\" is not allowed; a definition has exactly the keys \"initial\" and \"transitions\".",
 							   key));
 	}
 	if (!have_initial)
-		malformed(fname, mname, "The definition has no \"initial\" key.");
+		malformed(d->fname, d->mname, "The definition has no \"initial\" key.");
 	if (!have_trans)
-		malformed(fname, mname, "The definition has no \"transitions\" key.");
+		malformed(d->fname, d->mname, "The definition has no \"transitions\" key.");
+}
 
-	initial = parse_name_array(&initial_v, "\"initial\"", &ninitial, fname, mname);
-	if (ninitial == 0)
-		malformed(fname, mname, "\"initial\" must name at least one state.");
+/* "initial" and "transitions" as names, not yet interned. */
+static void
+draft_parse(Draft *d, JsonbValue *initial_v, JsonbValue *trans_v)
+{
+	JsonbIterator *it;
+	JsonbIteratorToken tok;
+	JsonbValue	v;
 
-	if (trans_v.type != jbvBinary || JsonContainerIsArray(trans_v.val.binary.data))
-		malformed(fname, mname,
+	d->initial = parse_name_array(initial_v, "\"initial\"", &d->ninitial,
+								  d->fname, d->mname);
+	if (d->ninitial == 0)
+		malformed(d->fname, d->mname, "\"initial\" must name at least one state.");
+
+	if (trans_v->type != jbvBinary || JsonContainerIsArray(trans_v->val.binary.data))
+		malformed(d->fname, d->mname,
 				  psprintf("\"transitions\" must be an object mapping each state to an array of target states, not a JSON %s.",
-						   value_kind(&trans_v)));
+						   value_kind(trans_v)));
 
-	sources = palloc(sizeof(RawSource) * Max(JsonContainerSize(trans_v.val.binary.data), 1));
-	it = JsonbIteratorInit(trans_v.val.binary.data);
+	d->sources = palloc(sizeof(RawSource) * Max(JsonContainerSize(trans_v->val.binary.data), 1));
+	d->nsources = 0;
+	it = JsonbIteratorInit(trans_v->val.binary.data);
 	while ((tok = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
 	{
 		RawSource  *src;
@@ -331,135 +333,196 @@ idem_machine_compile(const char *name, int namelen, Jsonb *def, const char *fnam
 
 		if (tok != WJB_KEY)
 			continue;
-		src = &sources[nsources++];
+		src = &d->sources[d->nsources++];
 		src->from.p = v.val.string.val;
 		src->from.len = v.val.string.len;
 		if (src->from.len == 0)
-			malformed(fname, mname, "\"transitions\" has an empty state name as a key.");
+			malformed(d->fname, d->mname, "\"transitions\" has an empty state name as a key.");
 		tok = JsonbIteratorNext(&it, &v, true);
 		Assert(tok == WJB_VALUE);
 		what = psprintf("The targets of state \"%s\"", ref_cstring(src->from));
-		src->targets = parse_name_array(&v, what, &src->ntargets, fname, mname);
+		src->targets = parse_name_array(&v, what, &src->ntargets, d->fname, d->mname);
 	}
+}
 
-	/* Intern every name: sort, then drop duplicates. */
-	nall = ninitial + nsources;
-	for (i = 0; i < nsources; i++)
-		nall += sources[i].ntargets;
-	all = palloc(sizeof(NameRef) * nall);
+/* Intern every name: sort, then drop duplicates. */
+static void
+draft_intern(Draft *d)
+{
+	int			nall = d->ninitial + d->nsources;
+	int			i;
+	int			j;
+
+	for (i = 0; i < d->nsources; i++)
+		nall += d->sources[i].ntargets;
+	d->all = palloc(sizeof(NameRef) * nall);
 	nall = 0;
-	for (i = 0; i < ninitial; i++)
-		all[nall++] = initial[i];
-	for (i = 0; i < nsources; i++)
+	for (i = 0; i < d->ninitial; i++)
+		d->all[nall++] = d->initial[i];
+	for (i = 0; i < d->nsources; i++)
 	{
-		all[nall++] = sources[i].from;
-		for (j = 0; j < sources[i].ntargets; j++)
-			all[nall++] = sources[i].targets[j];
+		d->all[nall++] = d->sources[i].from;
+		for (j = 0; j < d->sources[i].ntargets; j++)
+			d->all[nall++] = d->sources[i].targets[j];
 	}
-	qsort(all, nall, sizeof(NameRef), nameref_qsort_cmp);
-	nstates = 0;
+	qsort(d->all, nall, sizeof(NameRef), nameref_qsort_cmp);
+	d->nstates = 0;
 	for (i = 0; i < nall; i++)
-		if (nstates == 0 ||
-			name_cmp(all[nstates - 1].p, all[nstates - 1].len, all[i].p, all[i].len) != 0)
-			all[nstates++] = all[i];
+		if (d->nstates == 0 ||
+			name_cmp(d->all[d->nstates - 1].p, d->all[d->nstates - 1].len,
+					 d->all[i].p, d->all[i].len) != 0)
+			d->all[d->nstates++] = d->all[i];
+}
 
-	/* Initial states, no duplicates. */
-	seen = palloc0(sizeof(bool) * nstates);
-	initial_idx = palloc(sizeof(int) * ninitial);
-	for (i = 0; i < ninitial; i++)
+/* Initial states and adjacency as indexes, with no duplicates. */
+static void
+draft_edges(Draft *d)
+{
+	int			i;
+	int			j;
+
+	d->seen = palloc0(sizeof(bool) * d->nstates);
+	d->initial_idx = palloc(sizeof(int) * d->ninitial);
+	for (i = 0; i < d->ninitial; i++)
 	{
-		int			s = ref_index(all, nstates, initial[i]);
+		int			s = ref_index(d->all, d->nstates, d->initial[i]);
 
-		if (seen[s])
-			malformed(fname, mname,
+		if (d->seen[s])
+			malformed(d->fname, d->mname,
 					  psprintf("The state \"%s\" appears twice in \"initial\".",
-							   ref_cstring(initial[i])));
-		seen[s] = true;
-		initial_idx[i] = s;
+							   ref_cstring(d->initial[i])));
+		d->seen[s] = true;
+		d->initial_idx[i] = s;
 	}
 
-	/* Adjacency, no duplicate targets. */
-	adj = palloc0(sizeof(int *) * nstates);
-	nadj = palloc0(sizeof(int) * nstates);
-	for (i = 0; i < nsources; i++)
+	d->adj = palloc0(sizeof(int *) * d->nstates);
+	d->nadj = palloc0(sizeof(int) * d->nstates);
+	for (i = 0; i < d->nsources; i++)
 	{
-		int			from = ref_index(all, nstates, sources[i].from);
-		bool	   *dup = palloc0(sizeof(bool) * nstates);
+		RawSource  *src = &d->sources[i];
+		int			from = ref_index(d->all, d->nstates, src->from);
+		bool	   *dup = palloc0(sizeof(bool) * d->nstates);
 
-		adj[from] = palloc(sizeof(int) * Max(sources[i].ntargets, 1));
-		for (j = 0; j < sources[i].ntargets; j++)
+		d->adj[from] = palloc(sizeof(int) * Max(src->ntargets, 1));
+		for (j = 0; j < src->ntargets; j++)
 		{
-			int			to = ref_index(all, nstates, sources[i].targets[j]);
+			int			to = ref_index(d->all, d->nstates, src->targets[j]);
 
 			if (dup[to])
-				malformed(fname, mname,
+				malformed(d->fname, d->mname,
 						  psprintf("The state \"%s\" lists the target \"%s\" twice.",
-								   ref_cstring(sources[i].from),
-								   ref_cstring(sources[i].targets[j])));
+								   ref_cstring(src->from),
+								   ref_cstring(src->targets[j])));
 			dup[to] = true;
-			adj[from][nadj[from]++] = to;
+			d->adj[from][d->nadj[from]++] = to;
 		}
 		pfree(dup);
 	}
+}
 
-	/* Every state must be initial or reachable from an initial state. */
-	queue = palloc(sizeof(int) * nstates);
-	for (i = 0; i < nstates; i++)
-		if (seen[i])
+/* Every state must be initial or reachable from an initial state. */
+static void
+draft_check_reachable(Draft *d)
+{
+	int		   *queue = palloc(sizeof(int) * d->nstates);
+	int			qhead = 0;
+	int			qtail = 0;
+	int			i;
+	int			j;
+
+	for (i = 0; i < d->nstates; i++)
+		if (d->seen[i])
 			queue[qtail++] = i;
 	while (qhead < qtail)
 	{
 		int			s = queue[qhead++];
 
-		for (j = 0; j < nadj[s]; j++)
-			if (!seen[adj[s][j]])
+		for (j = 0; j < d->nadj[s]; j++)
+			if (!d->seen[d->adj[s][j]])
 			{
-				seen[adj[s][j]] = true;
-				queue[qtail++] = adj[s][j];
+				d->seen[d->adj[s][j]] = true;
+				queue[qtail++] = d->adj[s][j];
 			}
 	}
-	for (i = 0; i < nstates; i++)
-		if (!seen[i])
-			malformed(fname, mname,
+	for (i = 0; i < d->nstates; i++)
+		if (!d->seen[i])
+			malformed(d->fname, d->mname,
 					  psprintf("The state \"%s\" is neither initial nor reachable from an initial state.",
-							   ref_cstring(all[i])));
+							   ref_cstring(d->all[i])));
+}
 
-	/* Build the compiled machine in its own context. */
+/* The compiled machine of a checked draft, in its own context. */
+static IdemMachine *
+draft_build(Draft *d)
+{
+	MemoryContext cxt;
+	MemoryContext old;
+	IdemMachine *m;
+	int			i;
+
 	cxt = AllocSetContextCreate(CurrentMemoryContext, "idempotency machine",
 								ALLOCSET_SMALL_SIZES);
 	old = MemoryContextSwitchTo(cxt);
 	m = palloc0(sizeof(IdemMachine));
-	memcpy(m->name, mname, namelen + 1);
+	memcpy(m->name, d->mname, d->namelen + 1);
 	m->cxt = cxt;
-	m->nstates = nstates;
-	m->states = palloc0(sizeof(IdemState) * nstates);
-	for (i = 0; i < nstates; i++)
+	m->nstates = d->nstates;
+	m->states = palloc0(sizeof(IdemState) * d->nstates);
+	for (i = 0; i < d->nstates; i++)
 	{
 		IdemState  *st = &m->states[i];
+		int			n = d->nadj[i];
 
-		st->name = pnstrdup(all[i].p, all[i].len);
-		st->len = all[i].len;
-		st->ntargets = nadj[i];
-		if (nadj[i] > 0)
+		st->name = pnstrdup(d->all[i].p, d->all[i].len);
+		st->len = d->all[i].len;
+		st->ntargets = n;
+		if (n > 0)
 		{
-			st->targets = palloc(sizeof(int) * nadj[i]);
-			memcpy(st->targets, adj[i], sizeof(int) * nadj[i]);
-			st->sorted = palloc(sizeof(int) * nadj[i]);
-			memcpy(st->sorted, adj[i], sizeof(int) * nadj[i]);
-			qsort(st->sorted, nadj[i], sizeof(int), int_qsort_cmp);
+			st->targets = palloc(sizeof(int) * n);
+			memcpy(st->targets, d->adj[i], sizeof(int) * n);
+			st->sorted = palloc(sizeof(int) * n);
+			memcpy(st->sorted, d->adj[i], sizeof(int) * n);
+			qsort(st->sorted, n, sizeof(int), int_qsort_cmp);
 		}
 	}
-	m->ninitial = ninitial;
-	m->initial = palloc(sizeof(int) * ninitial);
-	for (i = 0; i < ninitial; i++)
+	m->ninitial = d->ninitial;
+	m->initial = palloc(sizeof(int) * d->ninitial);
+	for (i = 0; i < d->ninitial; i++)
 	{
-		m->initial[i] = initial_idx[i];
-		m->states[initial_idx[i]].initial = true;
+		m->initial[i] = d->initial_idx[i];
+		m->states[d->initial_idx[i]].initial = true;
 	}
 	MemoryContextSetIdentifier(cxt, m->name);
 	MemoryContextSwitchTo(old);
-
 	return m;
+}
+
+/*
+ * Validate a definition and compile it.  The result lives in a new memory
+ * context under CurrentMemoryContext; the caller may re-parent it
+ * (idem_machine_set_parent) or free it (idem_machine_free).  The work
+ * space is in the caller's context.  Every problem fails with 22023 and a
+ * detail saying exactly what is wrong.
+ */
+IdemMachine *
+idem_machine_compile(const char *name, int namelen, Jsonb *def, const char *fname)
+{
+	Draft		d;
+	JsonbValue	initial_v;
+	JsonbValue	trans_v;
+
+	memset(&d, 0, sizeof(d));
+	d.fname = fname;
+	d.namelen = namelen;
+	memcpy(d.mname, name, namelen);
+	d.mname[namelen] = '\0';
+
+	draft_top(&d, def, &initial_v, &trans_v);
+	draft_parse(&d, &initial_v, &trans_v);
+	draft_intern(&d);
+	draft_edges(&d);
+	draft_check_reachable(&d);
+	return draft_build(&d);
 }
 
 /* ------------------------------------------------------------------------

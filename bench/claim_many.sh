@@ -32,16 +32,7 @@ idem_setup
 idem_build_install
 
 WORK=$(idem_workdir)
-cleanup() {
-    idem_cluster_stop
-    if [ "${KEEP_WORK:-0}" = 1 ]; then
-        echo "work directory kept: $WORK" >&2
-    else
-        rm -rf "$WORK"
-    fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+idem_work_trap
 
 idem_cluster_start "$WORK/cluster"
 idem_psql -d postgres -c "CREATE DATABASE bench" >/dev/null || idem_die "CREATE DATABASE failed"

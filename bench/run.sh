@@ -103,17 +103,8 @@ T0=$(date +%s)
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/idempotency-bench.XXXXXX") || idem_die "mktemp failed"
 chmod 755 "$WORK"
 [ "$(id -u)" -ne 0 ] || chown postgres: "$WORK"
-cleanup() {
-    [ -n "${PURGER_PID:-}" ] && kill "$PURGER_PID" 2>/dev/null
-    idem_cluster_stop
-    if [ "${KEEP_WORK:-0}" = 1 ]; then
-        echo "work directory kept: $WORK" >&2
-    else
-        rm -rf "$WORK"
-    fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+stop_purger() { [ -z "${PURGER_PID:-}" ] || kill "$PURGER_PID" 2>/dev/null; }
+idem_work_trap stop_purger
 
 log() { idem_log "$(date +%H:%M:%S) $*"; }
 

@@ -54,12 +54,7 @@ idem_setup
 idem_build_install
 
 WORK=$(idem_workdir)
-cleanup() {
-    idem_cluster_stop
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+idem_work_trap
 
 idem_cluster_start "$WORK/cluster" \
     "shared_buffers = 512MB" "max_wal_size = 8GB" "checkpoint_timeout = 1h" \

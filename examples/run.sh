@@ -73,8 +73,7 @@ cleanup() {
     fi
     rm -rf "$WORK"
 }
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+idem_on_exit cleanup
 
 if [ -z "${PGHOST:-}" ]; then
     idem_build_install

@@ -9,9 +9,7 @@ idem_setup
 idem_build_install
 
 WORK=$(idem_workdir)
-cleanup() { idem_cluster_stop; rm -rf "$WORK"; }
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+idem_work_trap
 
 idem_log "starting a throwaway PostgreSQL cluster"
 idem_cluster_start "$WORK/cluster"

@@ -8,6 +8,9 @@
 #   idem_build_install                      build with -Werror and install
 #   idem_cluster_start DIR [conf lines...]  throwaway cluster under DIR
 #   idem_cluster_stop                       stop it (also run from the trap)
+#   idem_work_trap [hook]                   on exit: hook, stop the cluster,
+#                                           remove $WORK (KEEP_WORK=1 keeps it)
+#   idem_on_exit FUNC                       on exit run FUNC; INT/TERM exit 130
 #   idem_as_pg CMD...                       run CMD as the cluster's OS user
 #   idem_psql [psql args...]                psql against the throwaway cluster
 
@@ -222,6 +225,31 @@ idem_cluster_stop() {
     if [ -n "${IDEM_PGDATA:-}" ] && [ -f "$IDEM_PGDATA/postmaster.pid" ]; then
         idem_as_pg pg_ctl -D "$IDEM_PGDATA" -m fast -w -t 30 stop >/dev/null 2>&1 \
             || idem_as_pg pg_ctl -D "$IDEM_PGDATA" -m immediate stop >/dev/null 2>&1
+    fi
+}
+
+# The clean-up trap of every script with a work directory: on exit (and on
+# INT or TERM, which exit 130) run the hook function if one is named, stop
+# the throwaway cluster, and remove $WORK, unless KEEP_WORK=1, which keeps
+# it and says where.  A script with a clean-up of its own passes that
+# function to idem_on_exit instead.
+idem_on_exit() { # function
+    trap "$1" EXIT
+    trap 'exit 130' INT TERM
+}
+
+idem_work_trap() { # [hook function]
+    IDEM_CLEANUP_HOOK=${1:-}
+    idem_on_exit idem_work_cleanup
+}
+
+idem_work_cleanup() {
+    [ -z "${IDEM_CLEANUP_HOOK:-}" ] || "$IDEM_CLEANUP_HOOK"
+    idem_cluster_stop
+    if [ "${KEEP_WORK:-0}" = 1 ]; then
+        echo "work directory kept: $WORK" >&2
+    else
+        rm -rf "$WORK"
     fi
 }
 

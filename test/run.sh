@@ -35,16 +35,7 @@ done
 idem_setup "${extra_packages[@]}"
 
 WORK=$(idem_workdir)
-cleanup() {
-    idem_cluster_stop
-    if [ "${KEEP_WORK:-0}" = 1 ]; then
-        echo "work directory kept: $WORK" >&2
-    else
-        rm -rf "$WORK"
-    fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+idem_work_trap
 
 idem_private_install "$WORK"
 

@@ -51,16 +51,7 @@ set -u
 idem_setup gcc libubsan1 valgrind
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/idem-sanitize.XXXXXX") && chmod 755 "$WORK"
-cleanup() {
-    idem_cluster_stop
-    if [ "${KEEP_WORK:-0}" = 1 ]; then
-        echo "work directory kept: $WORK" >&2
-    else
-        rm -rf "$WORK"
-    fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+idem_work_trap
 
 sys_bindir=$IDEM_BINDIR
 sys_libdir=$("$IDEM_PG_CONFIG" --pkglibdir)

@@ -5,20 +5,9 @@
 TRUNCATE idem_records;
 \set SHOW_CONTEXT never
 
-CREATE FUNCTION pg_temp.try(stmt text) RETURNS text
-LANGUAGE plpgsql AS $$
-DECLARE
-    res text;
-    st text;
-    msg text;
-BEGIN
-    EXECUTE stmt INTO res;
-    RETURN 'ok: ' || coalesce(res, '(null)');
-EXCEPTION WHEN OTHERS THEN
-    GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT;
-    RETURN st || ': ' || msg;
-END
-$$;
+\getenv abs_srcdir PG_ABS_SRCDIR
+\set try_sql :abs_srcdir '/helpers/try.sql'
+\i :try_sql
 
 -- Prepared, then committed: the key is taken.
 BEGIN;

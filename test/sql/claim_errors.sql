@@ -2,21 +2,9 @@
 -- message with the standard SQLSTATE, and leaves nothing behind.
 TRUNCATE idem_records;
 
--- try(statement): the statement's single result, or SQLSTATE: message.
-CREATE FUNCTION pg_temp.try(stmt text) RETURNS text
-LANGUAGE plpgsql AS $$
-DECLARE
-    res text;
-    st text;
-    msg text;
-BEGIN
-    EXECUTE stmt INTO res;
-    RETURN 'ok: ' || coalesce(res, '(null)');
-EXCEPTION WHEN OTHERS THEN
-    GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT;
-    RETURN st || ': ' || msg;
-END
-$$;
+\getenv abs_srcdir PG_ABS_SRCDIR
+\set try_sql :abs_srcdir '/helpers/try.sql'
+\i :try_sql
 
 -- NULL scope or key: 22004, for every function.
 SELECT pg_temp.try(s) AS result FROM (VALUES

@@ -3,26 +3,9 @@
 -- with its SQLSTATE; the per-backend cache and its invalidation.
 -- Creates machines whose names start with "t_" and drops them at the end.
 
--- try(statement): 'ok: ' and the single result of a SELECT, 'ok' for
--- other statements, or SQLSTATE: message.
-CREATE FUNCTION pg_temp.try(stmt text) RETURNS text
-LANGUAGE plpgsql AS $$
-DECLARE
-    res text;
-    st text;
-    msg text;
-BEGIN
-    IF stmt !~* '^\s*select' THEN
-        EXECUTE stmt;
-        RETURN 'ok';
-    END IF;
-    EXECUTE stmt INTO res;
-    RETURN 'ok: ' || coalesce(res, '(null)');
-EXCEPTION WHEN OTHERS THEN
-    GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT;
-    RETURN st || ': ' || msg;
-END
-$$;
+\getenv abs_srcdir PG_ABS_SRCDIR
+\set try_sql :abs_srcdir '/helpers/try.sql'
+\i :try_sql
 
 -- err(statement): SQLSTATE, message, detail and hint of its error.
 CREATE FUNCTION pg_temp.err(stmt text, OUT code text, OUT message text,

@@ -3,26 +3,9 @@
 -- dropping a table, a column, a machine or the extension leaves behind.
 -- Creates tables and machines starting with "g_" and drops them.
 
--- try(statement): 'ok: ' and the single result of a SELECT, 'ok' for
--- other statements, or SQLSTATE: message.
-CREATE FUNCTION pg_temp.try(stmt text) RETURNS text
-LANGUAGE plpgsql AS $$
-DECLARE
-    res text;
-    st text;
-    msg text;
-BEGIN
-    IF stmt !~* '^\s*select' THEN
-        EXECUTE stmt;
-        RETURN 'ok';
-    END IF;
-    EXECUTE stmt INTO res;
-    RETURN 'ok: ' || coalesce(res, '(null)');
-EXCEPTION WHEN OTHERS THEN
-    GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT;
-    RETURN st || ': ' || msg;
-END
-$$;
+\getenv abs_srcdir PG_ABS_SRCDIR
+\set try_sql :abs_srcdir '/helpers/try.sql'
+\i :try_sql
 
 CREATE FUNCTION pg_temp.err(stmt text, OUT code text, OUT message text,
                             OUT detail text, OUT hint text, OUT tab text,

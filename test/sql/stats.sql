@@ -7,21 +7,9 @@
 -- 2PC, overflow) are in test/t/006_stats.pl.
 TRUNCATE idem_records;
 
--- try(statement): the statement's single result, or SQLSTATE: message.
-CREATE FUNCTION pg_temp.try(stmt text) RETURNS text
-LANGUAGE plpgsql AS $$
-DECLARE
-    res text;
-    st text;
-    msg text;
-BEGIN
-    EXECUTE stmt INTO res;
-    RETURN 'ok: ' || coalesce(res, '(null)');
-EXCEPTION WHEN OTHERS THEN
-    GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT;
-    RETURN st || ': ' || msg;
-END
-$$;
+\getenv abs_srcdir PG_ABS_SRCDIR
+\set try_sql :abs_srcdir '/helpers/try.sql'
+\i :try_sql
 
 -- The counters of one scope, from a reset: two claims and a duplicate,
 -- a lease begun and finished, a fingerprint mismatch, an expired record

@@ -3,24 +3,10 @@
 -- error path.
 TRUNCATE idem_records;
 
--- try(statement): "ok: " and the statement's single result, or
--- "SQLSTATE: message / detail".
-CREATE FUNCTION pg_temp.try(stmt text) RETURNS text
-LANGUAGE plpgsql AS $$
-DECLARE
-    res text;
-    st text;
-    msg text;
-    det text;
-BEGIN
-    EXECUTE stmt INTO res;
-    RETURN 'ok: ' || coalesce(res, '(null)');
-EXCEPTION WHEN OTHERS THEN
-    GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT,
-                            det = PG_EXCEPTION_DETAIL;
-    RETURN st || ': ' || msg || coalesce(' / ' || nullif(det, ''), '');
-END
-$$;
+\getenv abs_srcdir PG_ABS_SRCDIR
+\set try_sql :abs_srcdir '/helpers/try.sql'
+\i :try_sql
+SET idem_test.try_detail = on;
 
 --------------------------------------------------------------------------
 -- Issue: 32 lowercase hexadecimal digits, never the same twice, stored

@@ -39,7 +39,7 @@
  *	     that became live between steps 1 and 2 (a concurrent claim that
  *	     committed meanwhile).  ON CONFLICT DO UPDATE left its row locked
  *	     by this transaction, so nobody can change it: it is settled by
- *	     idem_claim_one (records.c), which therefore cannot wait here, and
+ *	     idem_claim_one (claim.c), which therefore cannot wait here, and
  *	     which reports the duplicate as idem_claim does.  Such a row stays
  *	     locked until the transaction ends; this only happens to a key
  *	     first claimed by a concurrent transaction during this call.
@@ -75,8 +75,10 @@
  *
  *	  Statistics (stats.c): counted as idem_claim counts them: claims,
  *	  takeovers, duplicates, in-progress conflicts.  A claim by step 2 is a
- *	  takeover if step 1 saw a claimable record for the key; step 3 counts
- *	  through idem_claim_one.
+ *	  takeover if step 1 saw a claimable record for the key; step 1's
+ *	  duplicates are logged and classified by claim.c's helpers
+ *	  (idem_log_duplicate, idem_duplicate_stat) and counted once per batch;
+ *	  step 3 and the fast path count through claim.c.
  *
  *	  Time: one clock reading per call (GetCurrentTimestamp) decides expiry
  *	  for every key, and is the created_at of every record written.

@@ -13,7 +13,7 @@
  *	  table and its indexes, probes the primary key, and either inserts the
  *	  record or reads the one that is there.
  *
- *	  Semantics are those of the SPI path in records.c, step by step:
+ *	  Semantics are those of the SPI path in claim.c, step by step:
  *	  ExecCheckIndexConstraints probes the primary key with a dirty
  *	  snapshot, waiting for a transaction that is inserting or deleting the
  *	  same key (honouring lock_timeout and statement_timeout), exactly as
@@ -36,7 +36,6 @@
  *
  *	  When the fast path declines (the caller then takes the SPI path,
  *	  which is always correct): idempotency.direct_claim is off;
- *	  PostgreSQL 13 (see compat.h);
  *	  REPEATABLE READ and SERIALIZABLE (the SPI path raises 40001 on a
  *	  record committed after the snapshot, and takes SSI's predicate
  *	  locks); a role without table-wide INSERT and SELECT on idem_records

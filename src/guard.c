@@ -54,6 +54,15 @@
  *	  Partitioned tables are refused: a row moved to another partition is
  *	  inserted there anew, which would have to be an initial state.
  *
+ *	  Visibility: the triggers are created and dropped through SPI in the
+ *	  caller's transaction, so a guard appears or goes away at its commit,
+ *	  like any CREATE TRIGGER; idem_guards_of_machine reads pg_trigger with
+ *	  the statement's snapshot (READ COMMITTED: a guard committed while
+ *	  idem_machine_drop waited is seen).
+ *
+ *	  Memory: names and statements are built in the caller's context; SPI
+ *	  releases its own at SPI_finish.  Nothing is kept across calls.
+ *
  *-------------------------------------------------------------------------
  */#include "postgres.h"
 

@@ -24,6 +24,10 @@
  *	  statement, so their messages begin with what the user did
  *	  ("guarded update of public.orders"), not with idem_guard.
  *
+ *	  Locking: none of its own; an entry is built while the trigger's
+ *	  statement holds its lock on the table, so the descriptor it reads
+ *	  cannot change under it.
+ *
  *	  Memory: each entry's strings and arrays live in its own context
  *	  under CacheMemoryContext; its log plan is a saved SPI plan.
  *

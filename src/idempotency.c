@@ -1,8 +1,13 @@
 /*-------------------------------------------------------------------------
  *
  * idempotency.c
- *	  Module load, the idempotency.* GUCs, and the argument validation that
- *	  every SQL-callable function of the extension shares.
+ *	  Module load (_PG_init, which also lets stats.c, worker.c and query.c
+ *	  set themselves up), four of the nine idempotency.* settings
+ *	  (default_ttl, log_duplicates, max_attempts, direct_claim; stats.c
+ *	  defines stats_max_scopes and worker.c the four purge_* settings), the
+ *	  argument validation that every SQL-callable function of the extension
+ *	  shares, and the setup of a materialized set-returning result
+ *	  (idem_check_srf, idem_srf_begin).
  *
  *	  Invariants:
  *	  - Validation happens before any SPI call or write, so bad input never
@@ -11,7 +16,12 @@
  *	  - Writing functions call idem_check_writable first: in a read-only
  *	    transaction (which includes every transaction on a hot standby) they
  *	    fail with SQLSTATE 25006 and a message naming the function.
- *	  - GUC state is per backend; nothing here touches shared memory.
+ *	  - GUC state is per backend; nothing here touches shared memory, takes
+ *	    a lock or reads a table (visibility does not arise).
+ *	  - Memory: validated arguments and digests are in the caller's
+ *	    context; a set-returning result lives in the query's per-query
+ *	    context (InitMaterializedSRF), so rows built in SPI's memory are
+ *	    copied into it.
  *
  *-------------------------------------------------------------------------
  */

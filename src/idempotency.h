@@ -31,7 +31,7 @@
  *	    guard.c          idem_guard, idem_unguard: the guard installer
  *	    stats.c          idem_stats counters in shared memory, pending counts
  *	                     per transaction, idem_stats, idem_stats_reset, and
- *	                     the settings idempotency.stats*
+ *	                     the setting idempotency.stats_max_scopes
  *	    worker.c         background purge: launcher and per-database
  *	                     workers, and the settings idempotency.purge*
  *	  Calls between files go down this list (stats.c is called from

@@ -14,8 +14,10 @@
  *	  ID003 (lease lost).
  *
  *	  Locking and visibility: the dedup decision is made by the primary key
- *	  through INSERT ... ON CONFLICT DO NOTHING, exactly as in idem_claim
- *	  (records.c).  Takeovers (expired record, retryable failure, lease run
+ *	  through INSERT ... ON CONFLICT DO NOTHING, exactly as in idem_claim:
+ *	  idem_begin runs claim.c's decision (idem_claim_spi) with its own
+ *	  statements and maps the outcome to 'acquired', 'in_progress',
+ *	  'completed' or 'failed'.  Takeovers (expired record, retryable failure, lease run
  *	  out) are UPDATEs that re-check the takeover condition on the newest
  *	  row version, so of two racing workers exactly one acquires.
  *	  idem_await holds no lock while it waits: it polls the record with a

@@ -20,6 +20,10 @@
  *	  two name searches and one index search; no catalog access, no SPI,
  *	  no locks.
  *
+ *	  Visibility: a compiled machine is a value; which definition it was
+ *	  compiled from, and when that is replaced, is machine_cache.c's
+ *	  concern.
+ *
  *	  Memory: compiling works in the caller's context; the compiled machine
  *	  lives in a memory context of its own (idem_machine_free,
  *	  idem_machine_set_parent), so a cache can keep it or drop it whole.

@@ -281,14 +281,7 @@ idem_machine_get(Oid nsp, const char *name, int len, const char *fname,
 	last_generation = idem_machine_generation;
 	return m;
 }
-/*
- * idem_machines_trigger() RETURNS trigger
- *
- * On idem_machines.  Row level, BEFORE INSERT OR UPDATE: validates the new
- * definition as idem_machine_define does (22023), so direct DML and
- * restores cannot store a malformed machine.  Statement level, AFTER any
- * change: registers the invalidation of every backend's cache.
- */
+
 /*
  * Refuse to run idem_machines_trigger anywhere but on the extension's own
  * idem_machines (or, once idem_distribute() made it a Citus reference
@@ -332,6 +325,17 @@ check_machines_trigger(FunctionCallInfo fcinfo, TriggerData *td)
 				 errhint("Reinstall the extension, or restore idem_machines from a dump.")));
 }
 
+/*
+ * idem_machines_trigger() RETURNS trigger
+ *
+ * On idem_machines.  Row level, BEFORE INSERT OR UPDATE: validates the new
+ * definition as idem_machine_define does (22023), so direct DML and
+ * restores cannot store a malformed machine.  Statement level, AFTER any
+ * change: registers the invalidation of every backend's cache.  Takes no
+ * arguments.  Fails with 39P01 when not called by the trigger manager, on
+ * another table than the extension's idem_machines, or for another event;
+ * 22023 (or 22001) for a malformed definition or machine name.
+ */
 Datum
 idem_machines_trigger(PG_FUNCTION_ARGS)
 {

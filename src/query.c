@@ -28,6 +28,11 @@
  *	  with the new name, on its next use.  The callback only writes that
  *	  field: a plan is never freed from inside an invalidation.
  *
+ *	  Locking and visibility: those of the statements the callers run
+ *	  (SPI_execute_plan in the caller's transaction, a fresh snapshot per
+ *	  statement in READ COMMITTED); preparing a plan takes the catalog
+ *	  locks any planning does.
+ *
  *	  Memory: plans live in the memory contexts SPI_keepplan gives them
  *	  (children of CacheMemoryContext); the query text is built in the
  *	  caller's context and is not kept.

@@ -12,7 +12,8 @@
  *	  Otherwise idem_stats_add returns at once and touches nothing, and
  *	  idem_stats() and idem_stats_reset() fail with 55000.
  *
- *	  Counting rules.  The callers (records.c, lease.c, ...) report events
+ *	  Counting rules.  The callers (claim.c, batch.c, lease.c, records.c,
+ *	  ...) report events
  *	  as they happen; what is counted, and when, depends on the kind:
  *	  - Effects (claimed, takeovers, completed, failed, purged) are changes
  *	    to idem_records.  They count only if the change commits: a claim

@@ -255,10 +255,28 @@ spi_col(int col, bool *isnull)
 }
 
 /*
+ * The parameters every IdemClaimPlan statement shares: $1 scope, $2 key,
+ * $3 the fingerprint digest (NULL: none), $4 now, $5 the expiry of a new
+ * record.  nulls must have room for them and be ' ' from $3 on.
+ */
+void
+idem_claim_params(Datum *values, char *nulls, text *scope, text *key,
+				  bytea *fp, TimestampTz now, TimestampTz expires)
+{
+	values[0] = PointerGetDatum(scope);
+	values[1] = PointerGetDatum(key);
+	values[2] = PointerGetDatum(fp);
+	if (fp == NULL)
+		nulls[2] = 'n';
+	values[3] = TimestampTzGetDatum(now);
+	values[4] = TimestampTzGetDatum(expires);
+}
+
+/*
  * Decide (scope, key) through SPI with the statements of plan: insert,
  * else read, else take over, until one decides.  values and nulls are the
- * statements' parameters ($1 scope, $2 key, $3 fingerprint digest, $4
- * now, then the plan's own); fp is the digest or NULL.  The caller has
+ * statements' parameters (idem_claim_params's five, then the plan's
+ * own); fp is the digest or NULL.  The caller has
  * checked the arguments and that the transaction is writable, and is
  * connected to SPI.
  *
@@ -354,13 +372,7 @@ idem_claim_one(Oid nsp, text *scope, text *key, TimestampTz now,
 	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
 	IdemRecordState rec;
 
-	values[0] = PointerGetDatum(scope);
-	values[1] = PointerGetDatum(key);
-	values[2] = PointerGetDatum(fp);
-	if (fp == NULL)
-		nulls[2] = 'n';
-	values[3] = TimestampTzGetDatum(now);
-	values[4] = TimestampTzGetDatum(expires);
+	idem_claim_params(values, nulls, scope, key, fp, now, expires);
 
 	return idem_claim_spi(&claim_plan, nsp, scope, key, values, nulls, now,
 						  fp, fname, &rec) == IDEM_CLAIM_ACQUIRED;

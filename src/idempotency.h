@@ -182,7 +182,8 @@ typedef struct IdemRecordState
 
 /*
  * The statements of one kind of claim, for idem_claim_spi.  Parameters:
- * $1 scope, $2 key, $3 fingerprint digest, $4 now, then the kind's own.
+ * $1 scope, $2 key, $3 fingerprint digest, $4 now, $5 the expiry of a new
+ * record (idem_claim_params), then the kind's own.
  * insert is an INSERT ... ON CONFLICT DO NOTHING (RETURNING allowed);
  * read selects status, fingerprint, created_at, expires_at, locked_until
  * (then any columns the caller reads on a duplicate); takeover is an
@@ -215,6 +216,9 @@ extern IdemClaimOutcome idem_claim_spi(const IdemClaimPlan *plan, Oid nsp,
 									   const char *nulls, TimestampTz now,
 									   bytea *fp, const char *fname,
 									   IdemRecordState *rec);
+extern void idem_claim_params(Datum *values, char *nulls, text *scope,
+							  text *key, bytea *fp, TimestampTz now,
+							  TimestampTz expires);
 extern bool idem_claim_one(Oid nsp, text *scope, text *key, TimestampTz now,
 						   TimestampTz expires, bytea *fp, const char *fname);
 extern int	idem_claim_direct(Oid nsp, text *scope, text *key, TimestampTz now,

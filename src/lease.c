@@ -313,13 +313,7 @@ idem_begin(PG_FUNCTION_ARGS)
 	expires = idem_expiry(fcinfo, 3, now, fname);
 	fp = idem_fingerprint_digest(fcinfo, 4);
 
-	values[0] = PointerGetDatum(scope);
-	values[1] = PointerGetDatum(key);
-	values[2] = PointerGetDatum(fp);
-	if (fp == NULL)
-		nulls[2] = 'n';
-	values[3] = TimestampTzGetDatum(now);
-	values[4] = TimestampTzGetDatum(expires);
+	idem_claim_params(values, nulls, scope, key, fp, now, expires);
 	values[5] = TimestampTzGetDatum(locked_until);
 	values[6] = IntervalPGetDatum(lease);
 

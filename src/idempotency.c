@@ -6,8 +6,7 @@
  *	  (default_ttl, log_duplicates, max_attempts, direct_claim; stats.c
  *	  defines stats_max_scopes and worker.c the four purge_* settings), the
  *	  argument validation that every SQL-callable function of the extension
- *	  shares, and the setup of a materialized set-returning result
- *	  (idem_check_srf, idem_srf_begin).
+ *	  shares.
  *
  *	  Invariants:
  *	  - Validation happens before any SPI call or write, so bad input never
@@ -19,15 +18,12 @@
  *	  - GUC state is per backend; nothing here touches shared memory, takes
  *	    a lock or reads a table (visibility does not arise).
  *	  - Memory: validated arguments and digests are in the caller's
- *	    context; a set-returning result lives in the query's per-query
- *	    context (InitMaterializedSRF), so rows built in SPI's memory are
- *	    copied into it.
+ *	    context.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
-#include "funcapi.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
@@ -375,41 +371,4 @@ idem_status_is_valid(PG_FUNCTION_ARGS)
 		if (strlen(statuses[i]) == len && memcmp(statuses[i], s, len) == 0)
 			PG_RETURN_BOOL(true);
 	PG_RETURN_BOOL(false);
-}
-
-/*
- * Fail with 0A000 unless the caller can take a materialized set: the
- * check every set-returning function of the extension makes first, with
- * a message naming it.
- */
-void
-idem_check_srf(FunctionCallInfo fcinfo, const char *fname)
-{
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-
-	if (rsinfo == NULL || !IsA(rsinfo, ReturnSetInfo) ||
-		(rsinfo->allowedModes & SFRM_Materialize) == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("%s: set-valued function called in context that cannot accept a set",
-						fname)));
-}
-
-/*
- * Set up a materialized result of natts columns (InitMaterializedSRF):
- * on return rsinfo->setResult is a tuplestore and rsinfo->setDesc its
- * descriptor, both in the query's per-query memory, so rows put there
- * from SPI's memory are copied.  Fails as idem_check_srf.
- */
-ReturnSetInfo *
-idem_srf_begin(FunctionCallInfo fcinfo, const char *fname, int natts)
-{
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-
-	idem_check_srf(fcinfo, fname);
-	InitMaterializedSRF(fcinfo, 0);
-	if (rsinfo->setDesc->natts != natts)
-		elog(ERROR, "%s: expected %d result columns, got %d",
-			 fname, natts, rsinfo->setDesc->natts);
-	return rsinfo;
 }

@@ -6,9 +6,11 @@
  *	  section per file of src/, in the order a call walks through them.
  *
  *	  Files and their concerns:
- *	    idempotency.c    module load, the GUCs of the core, input
- *	                     validation and the set-returning setup shared by all
- *	    query.c          prepared SPI plans per backend; idem_spi_connect
+ *	    idempotency.c    module load, four of the nine settings (the others
+ *	                     are stats.c's and worker.c's), input validation
+ *	                     shared by all
+ *	    query.c          prepared SPI plans per backend; idem_spi_connect;
+ *	                     set-returning setup (idem_srf_begin)
  *	    claim.c          deciding one key: idem_claim, and the decision
  *	                     (fast path verdict, SPI insert/read/takeover,
  *	                     duplicate log and counts) that idem_claim_many and
@@ -34,11 +36,15 @@
  *	                     the setting idempotency.stats_max_scopes
  *	    worker.c         background purge: launcher and per-database
  *	                     workers, and the settings idempotency.purge*
- *	  Calls between files go down this list (stats.c is called from
- *	  everywhere and calls nothing), except that transition.c calls
- *	  guard.c (idem_guards_of_machine); the state-machine files form the
- *	  chain machine.c <- machine_cache.c <- transition.c -> guard.c, and
- *	  guard.c, guard_trigger.c -> guard_cache.c -> machine_cache.c: no cycle.
+ *	  batch.c, lease.c, records.c, token.c and transition.c export only
+ *	  SQL-callable functions, so they have no section below.
+ *	  The call graph has no cycle: query.c and machine.c call no other
+ *	  file; stats.c and worker.c call only query.c, so idempotency.c's
+ *	  _PG_init may call their init functions;
+ *	  claim.c calls direct.c, and batch.c and lease.c call claim.c; the
+ *	  state machines form the chain machine.c <- machine_cache.c <-
+ *	  transition.c -> guard.c, and guard_trigger.c -> guard_cache.c ->
+ *	  machine_cache.c.
  *
  *-------------------------------------------------------------------------
  */
@@ -125,9 +131,6 @@ extern TimestampTz idem_add_interval(TimestampTz base, Interval *span,
 									 const char *what, const char *fname);
 extern bytea *idem_fingerprint_digest(FunctionCallInfo fcinfo, int argno);
 extern char *idem_timestamptz_cstring(TimestampTz ts);
-extern void idem_check_srf(FunctionCallInfo fcinfo, const char *fname);
-extern ReturnSetInfo *idem_srf_begin(FunctionCallInfo fcinfo, const char *fname,
-									 int natts);
 
 /* Same bytes?  (Fingerprint digests: stored against given.) */
 static inline bool
@@ -160,6 +163,9 @@ extern int	idem_query_exec(IdemQuery *q, Oid nsp, Datum *values,
 							const char *nulls, bool read_only, long count);
 extern void idem_query_init(void);
 extern void idem_spi_connect(void);
+extern void idem_check_srf(FunctionCallInfo fcinfo, const char *fname);
+extern ReturnSetInfo *idem_srf_begin(FunctionCallInfo fcinfo, const char *fname,
+									 int natts);
 
 /*
  * claim.c: deciding one key (idem_claim; the decision idem_claim_many and
@@ -295,8 +301,6 @@ extern char *idem_machine_targets_hint(const IdemMachine *m, int from);
 extern IdemMachine *idem_machine_get(Oid nsp, const char *name, int len,
 									 const char *fname, bool *cached);
 extern Oid	idem_machines_relid(Oid nsp);
-
-/* transition.c: only SQL-callable functions. */
 
 /*
  * guard_cache.c, guard_trigger.c, guard.c: table guards.  A GuardEntry is

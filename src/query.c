@@ -2,8 +2,13 @@
  *
  * query.c
  *	  A per-backend cache of prepared SPI plans for the SQL the extension
- *	  runs against its own tables, and the lookup of the schema the
- *	  extension is installed in.
+ *	  runs against its own tables, the lookup of the schema the extension
+ *	  is installed in, and the plumbing every SQL-running function shares:
+ *	  idem_spi_connect, and the setup of a materialized set-returning
+ *	  result (idem_check_srf, idem_srf_begin: InitMaterializedSRF, whose
+ *	  tuplestore and descriptor live in the query's per-query context, so
+ *	  rows built in SPI's memory are copied into it).  Calls no other file
+ *	  of src/.
  *
  *	  Why: idem_claim and friends run once per business transaction, so
  *	  they must not parse, analyse or plan SQL, nor scan catalogs, on every
@@ -42,6 +47,7 @@
 #include "postgres.h"
 
 #include "catalog/pg_namespace.h"
+#include "funcapi.h"
 #include "lib/stringinfo.h"
 #include "nodes/pg_list.h"
 #include "miscadmin.h"
@@ -250,4 +256,41 @@ idem_spi_connect(void)
 {
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
+}
+
+/*
+ * Fail with 0A000 unless the caller can take a materialized set: the
+ * check every set-returning function of the extension makes first, with
+ * a message naming it.
+ */
+void
+idem_check_srf(FunctionCallInfo fcinfo, const char *fname)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+
+	if (rsinfo == NULL || !IsA(rsinfo, ReturnSetInfo) ||
+		(rsinfo->allowedModes & SFRM_Materialize) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("%s: set-valued function called in context that cannot accept a set",
+						fname)));
+}
+
+/*
+ * Set up a materialized result of natts columns (InitMaterializedSRF):
+ * on return rsinfo->setResult is a tuplestore and rsinfo->setDesc its
+ * descriptor, both in the query's per-query memory, so rows put there
+ * from SPI's memory are copied.  Fails as idem_check_srf.
+ */
+ReturnSetInfo *
+idem_srf_begin(FunctionCallInfo fcinfo, const char *fname, int natts)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+
+	idem_check_srf(fcinfo, fname);
+	InitMaterializedSRF(fcinfo, 0);
+	if (rsinfo->setDesc->natts != natts)
+		elog(ERROR, "%s: expected %d result columns, got %d",
+			 fname, natts, rsinfo->setDesc->natts);
+	return rsinfo;
 }

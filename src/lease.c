@@ -270,7 +270,9 @@ lease_lost(Oid nsp, const char *fname, text *scope, text *key, int64 token,
  * with the stored result; 'failed' with the stored error.  Meant to be
  * committed on its own.  Fails with 22004/22023/22001 (bad scope, key,
  * lease or ttl, as idem_claim), 25006 (read-only), ID001 (fingerprint
- * mismatch), 40001 (REPEATABLE READ/SERIALIZABLE conflict).
+ * mismatch), 40001 (REPEATABLE READ/SERIALIZABLE conflict, or a takeover
+ * that makes no progress), 42501 (a record row-level security hides or
+ * does not let the role update), as idem_claim (claim.c's idem_claim_spi).
  */
 Datum
 idem_begin(PG_FUNCTION_ARGS)

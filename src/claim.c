@@ -145,28 +145,20 @@ idem_takeover_stuck(Oid nsp, const char *fname, text *scope, text *key)
 			 errhint("Retry the transaction; if this persists, look for a trigger on idem_records that skips updates.")));
 }
 
-/* The counter a duplicate with this status goes to. */
-IdemStatKind
-idem_duplicate_stat(const char *status)
-{
-	return strcmp(status, IDEM_STATUS_IN_PROGRESS) == 0 ?
-		IDEM_STAT_IN_PROGRESS_CONFLICT : IDEM_STAT_DUPLICATE;
-}
-
 /*
- * With idempotency.log_duplicates, log that a call ("claim", "begin")
- * met the live record of (scope, key).  Shared with idem_claim_many.
+ * The log line of a duplicate: a call ("claim", "begin") met the live
+ * record of (scope, key).  Through idem_log_duplicate (idempotency.h),
+ * which tests idempotency.log_duplicates first.
  */
 void
-idem_log_duplicate(const char *verb, text *scope, text *key,
-				   TimestampTz first_claimed, const char *status)
+idem_log_duplicate_line(const char *verb, text *scope, text *key,
+						TimestampTz first_claimed, const char *status)
 {
-	if (idem_log_duplicates)
-		ereport(LOG,
-				(errmsg("idempotency: duplicate %s of key \"%s\" in scope \"%s\", first claimed at %s, status %s",
-						verb, text_to_cstring(key), text_to_cstring(scope),
-						idem_timestamptz_cstring(first_claimed), status),
-				 errhidestmt(true)));
+	ereport(LOG,
+			(errmsg("idempotency: duplicate %s of key \"%s\" in scope \"%s\", first claimed at %s, status %s",
+					verb, text_to_cstring(key), text_to_cstring(scope),
+					idem_timestamptz_cstring(first_claimed), status),
+			 errhidestmt(true)));
 }
 
 /*

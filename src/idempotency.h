@@ -236,9 +236,29 @@ extern void idem_takeover_stuck(Oid nsp, const char *fname, text *scope,
 								text *key);
 extern void idem_fingerprint_mismatch(const char *fname, text *scope, text *key,
 									  TimestampTz first_claimed);
-extern IdemStatKind idem_duplicate_stat(const char *status);
-extern void idem_log_duplicate(const char *verb, text *scope, text *key,
-							   TimestampTz first_claimed, const char *status);
+extern void idem_log_duplicate_line(const char *verb, text *scope, text *key,
+									TimestampTz first_claimed, const char *status);
+
+/*
+ * With idempotency.log_duplicates, log that a call ("claim", "begin") met
+ * the live record of (scope, key).  Inline, so that a duplicate costs one
+ * test when the setting is off, as before it was shared.
+ */
+static inline void
+idem_log_duplicate(const char *verb, text *scope, text *key,
+				   TimestampTz first_claimed, const char *status)
+{
+	if (idem_log_duplicates)
+		idem_log_duplicate_line(verb, scope, key, first_claimed, status);
+}
+
+/* The counter a duplicate with this status goes to. */
+static inline IdemStatKind
+idem_duplicate_stat(const char *status)
+{
+	return strcmp(status, IDEM_STATUS_IN_PROGRESS) == 0 ?
+		IDEM_STAT_IN_PROGRESS_CONFLICT : IDEM_STAT_DUPLICATE;
+}
 
 /*
  * direct.c: the executor-level mechanism of the fast path (speculative

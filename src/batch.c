@@ -468,7 +468,7 @@ idem_claim_many(PG_FUNCTION_ARGS)
 	batch_arg_keys(fcinfo, 1, fname, &elems, &nelems, &lbound);
 
 	idem_check_writable(fname);
-	idem_refuse_citus_records(idem_extension_schema(fcinfo), fname);
+	idem_refuse_citus_records(idem_records_citus(idem_extension_schema(fcinfo)), fname);
 
 	now = GetCurrentTimestamp();
 	expires = idem_expiry(fcinfo, 2, now, fname);

@@ -33,6 +33,7 @@
  *	  the 'claimed' inserted here, so when it is the only CHECK and every
  *	  NOT NULL column has a value, evaluating is skipped.  Any other
  *	  constraint is evaluated with ExecConstraints, with its usual error.
+ *	  (direct_table.c answers these questions about the table.)
  *
  *	  When the fast path declines (the caller then takes the SPI path,
  *	  which is always correct): idempotency.direct_claim is off;
@@ -45,7 +46,8 @@
  *	  row-level security in force for the role; triggers, rules, stored
  *	  generated columns, column defaults or a column layout other than the
  *	  extension's on idem_records (a DBA's change must behave as plain SQL
- *	  would); an idem_records that is not an ordinary table; an
+ *	  would; direct_table.c); an idem_records that is not an ordinary
+ *	  table; an
  *	  idem_records that Citus manages (a distributed, reference or Citus
  *	  local table: a row of pg_catalog.pg_dist_partition), whose local
  *	  relation is a shell without the data (the SPI path's SQL is routed
@@ -116,98 +118,6 @@
 
 #include "idempotency.h"
 
-/* The columns of idem_records, in order, as the install script makes them. */
-static const struct
-{
-	const char *name;
-	Oid			type;
-}			record_columns[] =
-{
-	{"scope", TEXTOID},
-	{"key", TEXTOID},
-	{"status", TEXTOID},
-	{"fingerprint", BYTEAOID},
-	{"result", JSONBOID},
-	{"created_at", TIMESTAMPTZOID},
-	{"updated_at", TIMESTAMPTZOID},
-	{"expires_at", TIMESTAMPTZOID},
-	{"locked_until", TIMESTAMPTZOID},
-	{"token", INT8OID},
-	{"attempts", INT4OID},
-	{"lease", INTERVALOID},
-};
-
-#define NCOLUMNS lengthof(record_columns)
-
-/* Attribute numbers (1-based) of the columns used here. */
-#define COL_SCOPE			1
-#define COL_KEY				2
-#define COL_STATUS			3
-#define COL_FINGERPRINT		4
-#define COL_CREATED_AT		6
-#define COL_UPDATED_AT		7
-#define COL_EXPIRES_AT		8
-#define COL_LOCKED_UNTIL	9
-#define COL_ATTEMPTS		11
-
-/*
- * The stored default of attempts as the install script makes it (0), once
- * seen; in TopMemoryContext.  Compared as text: the same default has the
- * same stored form.
- */
-static char *known_default = NULL;
-
-/*
- * Are the column defaults of idem_records those of the install script?
- * Only attempts has one (0), which the fast path writes itself; a default
- * a DBA adds or changes on a column the claim's INSERT does not name
- * (result, locked_until, token, attempts, lease) would be applied by the
- * SPI path's INSERT, so the fast path declines then.  Defaults on the
- * columns the INSERT names are never used by either path.
- */
-static bool
-defaults_are_own(TupleDesc desc)
-{
-	TupleConstr *constr = desc->constr;
-	int			i;
-
-	if (constr == NULL)
-		return true;
-	for (i = 0; i < constr->num_defval; i++)
-	{
-		AttrDefault *def = &constr->defval[i];
-		Node	   *expr;
-
-		switch (def->adnum)
-		{
-			case COL_SCOPE:
-			case COL_KEY:
-			case COL_STATUS:
-			case COL_FINGERPRINT:
-			case COL_CREATED_AT:
-			case COL_UPDATED_AT:
-			case COL_EXPIRES_AT:
-				continue;		/* always given */
-			case COL_ATTEMPTS:
-				if (known_default != NULL && strcmp(def->adbin, known_default) == 0)
-					continue;
-				expr = stringToNode(def->adbin);
-				if (IsA(expr, Const) && ((Const *) expr)->consttype == INT4OID &&
-					!((Const *) expr)->constisnull &&
-					DatumGetInt32(((Const *) expr)->constvalue) == 0)
-				{
-					if (known_default == NULL)
-						known_default = MemoryContextStrdup(TopMemoryContext, def->adbin);
-					continue;
-				}
-				return false;
-			default:
-				return false;
-		}
-	}
-	return true;
-}
-
 static bool records_is_citus(Relation rel);
 
 /*
@@ -217,153 +127,8 @@ static bool records_is_citus(Relation rel);
 static bool
 direct_usable(Relation rel)
 {
-	TupleDesc	desc = RelationGetDescr(rel);
-	Oid			relid = RelationGetRelid(rel);
-	int			i;
-
-	if (rel->rd_rel->relkind != RELKIND_RELATION ||
-		rel->rd_rel->relispartition ||
-		rel->trigdesc != NULL ||
-		rel->rd_rules != NULL ||
-		desc->natts != (int) NCOLUMNS ||
-		(desc->constr != NULL && desc->constr->has_generated_stored) ||
-		records_is_citus(rel))
-		return false;
-
-	for (i = 0; i < (int) NCOLUMNS; i++)
-	{
-		Form_pg_attribute att = TupleDescAttr(desc, i);
-
-		if (att->attisdropped || att->atttypid != record_columns[i].type ||
-			strcmp(NameStr(att->attname), record_columns[i].name) != 0)
-			return false;
-	}
-
-	if (!defaults_are_own(desc))
-		return false;
-
-	return check_enable_rls(relid, InvalidOid, true) == RLS_NONE;
-}
-
-/*
- * The stored expression (ccbin) of idem_records' CHECK constraint once it
- * has been found to be the extension's own status check, or NULL; in
- * TopMemoryContext.  Reset when any function changes (syscache callback),
- * so a replaced idem_status_is_valid is looked at again.
- */
-static char *known_check = NULL;
-static bool known_check_callback = false;
-
-static void
-forget_known_check(Datum arg, int cacheid, uint32 hashvalue)
-{
-	if (known_check != NULL)
-		pfree(known_check);
-	known_check = NULL;
-}
-
-/* Is funcid the C function idem_status_is_valid of this library in nsp? */
-static bool
-is_status_check_function(Oid funcid, Oid nsp)
-{
-	HeapTuple	tup = SearchSysCache1(PROCOID, ObjectIdGetDatum(funcid));
-	Form_pg_proc proc;
-	bool		isnull;
-	Datum		d;
-	bool		ok = false;
-
-	if (!HeapTupleIsValid(tup))
-		return false;
-	proc = (Form_pg_proc) GETSTRUCT(tup);
-	if (proc->prolang == ClanguageId && proc->pronamespace == nsp &&
-		proc->pronargs == 1 && proc->proisstrict)
-	{
-		d = SysCacheGetAttr(PROCOID, tup, Anum_pg_proc_prosrc, &isnull);
-		ok = !isnull && strcmp(TextDatumGetCString(d), "idem_status_is_valid") == 0;
-		d = SysCacheGetAttr(PROCOID, tup, Anum_pg_proc_probin, &isnull);
-		ok = ok && !isnull &&
-			strcmp(TextDatumGetCString(d), "$libdir/idempotency") == 0;
-	}
-	ReleaseSysCache(tup);
-	return ok;
-}
-
-/*
- * Do the constraints of idem_records hold for the record about to be
- * inserted (nulls: which of its columns are NULL), without evaluating
- * them?  True when every NOT NULL column has a value and the only CHECK
- * is the extension's idem_status_is_valid(status), which accepts the
- * 'claimed' inserted here.  PostgreSQL would re-read and compile that
- * CHECK at every insertion; any other constraint makes this false and the
- * caller evaluates them all with ExecConstraints.
- */
-static bool
-constraints_hold(Relation rel, Oid nsp, const bool *nulls)
-{
-	TupleDesc	desc = RelationGetDescr(rel);
-	TupleConstr *constr = desc->constr;
-	const char *ccbin;
-	Node	   *expr;
-	FuncExpr   *f;
-	int			i;
-
-	for (i = 0; i < desc->natts; i++)
-		if (TupleDescAttr(desc, i)->attnotnull && nulls[i])
-			return false;
-	if (constr == NULL || constr->num_check == 0)
-		return true;
-	if (constr->num_check != 1)
-		return false;
-
-	ccbin = constr->check[0].ccbin;
-	if (known_check != NULL && strcmp(ccbin, known_check) == 0)
-		return true;
-
-	expr = stringToNode(ccbin);
-	if (!IsA(expr, FuncExpr))
-		return false;
-	f = (FuncExpr *) expr;
-	if (list_length(f->args) != 1 || !IsA(linitial(f->args), Var) ||
-		((Var *) linitial(f->args))->varattno != COL_STATUS ||
-		!is_status_check_function(f->funcid, nsp))
-		return false;
-
-	if (!known_check_callback)
-	{
-		CacheRegisterSyscacheCallback(PROCOID, forget_known_check, (Datum) 0);
-		known_check_callback = true;
-	}
-	if (known_check != NULL)
-		pfree(known_check);
-	known_check = MemoryContextStrdup(TopMemoryContext, ccbin);
-	return true;
-}
-
-/*
- * Is the primary key of the opened relation a plain unique index on
- * (scope, key), the arbiter of the claim?
- */
-static bool
-primary_key_is_scope_key(ResultRelInfo *rri)
-{
-	Oid			pk = IDEM_PRIMARY_KEY_INDEX(rri->ri_RelationDesc);
-	int			i;
-
-	if (!OidIsValid(pk))
-		return false;
-	for (i = 0; i < rri->ri_NumIndices; i++)
-	{
-		Form_pg_index index = rri->ri_IndexRelationDescs[i]->rd_index;
-
-		if (index->indexrelid == pk)
-			return index->indisunique && index->indimmediate &&
-				index->indnkeyatts == 2 &&
-				index->indkey.values[0] == COL_SCOPE &&
-				index->indkey.values[1] == COL_KEY &&
-				rri->ri_IndexRelationInfo[i]->ii_Expressions == NIL &&
-				rri->ri_IndexRelationInfo[i]->ii_Predicate == NIL;
-	}
-	return false;
+	return idem_records_shape_ok(rel) && !records_is_citus(rel) &&
+		check_enable_rls(RelationGetRelid(rel), InvalidOid, true) == RLS_NONE;
 }
 
 /*
@@ -380,19 +145,19 @@ read_record(TupleTableSlot *slot, IdemRecordState *rec, MemoryContext into)
 
 	old = MemoryContextSwitchTo(into);
 
-	d = slot_getattr(slot, COL_STATUS, &isnull);
+	d = slot_getattr(slot, IDEM_COL_STATUS, &isnull);
 	rec->status = isnull ? pstrdup("") : TextDatumGetCString(d);
 
-	d = slot_getattr(slot, COL_FINGERPRINT, &isnull);
+	d = slot_getattr(slot, IDEM_COL_FINGERPRINT, &isnull);
 	rec->fingerprint = isnull ? NULL : DatumGetByteaPCopy(d);
 
-	d = slot_getattr(slot, COL_CREATED_AT, &isnull);
+	d = slot_getattr(slot, IDEM_COL_CREATED_AT, &isnull);
 	rec->created_at = isnull ? 0 : DatumGetTimestampTz(d);
 
-	d = slot_getattr(slot, COL_EXPIRES_AT, &isnull);
+	d = slot_getattr(slot, IDEM_COL_EXPIRES_AT, &isnull);
 	rec->expires_at = isnull ? 0 : DatumGetTimestampTz(d);
 
-	d = slot_getattr(slot, COL_LOCKED_UNTIL, &isnull);
+	d = slot_getattr(slot, IDEM_COL_LOCKED_UNTIL, &isnull);
 	rec->has_lock = !isnull;
 	rec->locked_until = isnull ? 0 : DatumGetTimestampTz(d);
 
@@ -423,38 +188,6 @@ forget_records_relid(Datum arg, Oid relid)
 		records_relid = InvalidOid;
 		records_citus_known = false;
 	}
-}
-
-/*
- * Is relid a table that Citus manages (distributed, reference or Citus
- * local: a row of pg_catalog.pg_dist_partition)?  False without the citus
- * extension in this database.  Reads the catalog: callers cache.
- */
-bool
-idem_citus_table(Oid relid)
-{
-	Oid			catalog;
-	Oid			index;
-	Relation	pdp;
-	ScanKeyData skey;
-	SysScanDesc scan;
-	bool		found;
-
-	if (!OidIsValid(get_extension_oid("citus", true)))
-		return false;
-	catalog = get_relname_relid("pg_dist_partition", PG_CATALOG_NAMESPACE);
-	if (!OidIsValid(catalog))
-		return false;
-	index = get_relname_relid("pg_dist_partition_logical_relid_index", PG_CATALOG_NAMESPACE);
-
-	pdp = table_open(catalog, AccessShareLock);
-	/* logicalrelid (attribute 1) is a regclass: compared as an oid. */
-	ScanKeyInit(&skey, 1, BTEqualStrategyNumber, F_OIDEQ, ObjectIdGetDatum(relid));
-	scan = systable_beginscan(pdp, index, OidIsValid(index), NULL, 1, &skey);
-	found = HeapTupleIsValid(systable_getnext(scan));
-	systable_endscan(scan);
-	table_close(pdp, AccessShareLock);
-	return found;
 }
 
 /*
@@ -526,8 +259,8 @@ static Bitmapset *
 record_access_cols(void)
 {
 	static const AttrNumber cols[] = {
-		COL_SCOPE, COL_KEY, COL_STATUS, COL_FINGERPRINT, COL_CREATED_AT,
-		COL_UPDATED_AT, COL_EXPIRES_AT, COL_LOCKED_UNTIL, COL_ATTEMPTS
+		IDEM_COL_SCOPE, IDEM_COL_KEY, IDEM_COL_STATUS, IDEM_COL_FINGERPRINT, IDEM_COL_CREATED_AT,
+		IDEM_COL_UPDATED_AT, IDEM_COL_EXPIRES_AT, IDEM_COL_LOCKED_UNTIL, IDEM_COL_ATTEMPTS
 	};
 	static Bitmapset *b = NULL;
 
@@ -609,7 +342,7 @@ idem_direct_open(Oid nsp)
 	d->slot = table_slot_create(rel, &d->estate->es_tupleTable);
 	d->existing = table_slot_create(rel, &d->estate->es_tupleTable);
 
-	if (!primary_key_is_scope_key(d->rri))
+	if (!idem_records_pk_is_scope_key(d->rri))
 	{
 		idem_direct_close(d);
 		return NULL;
@@ -649,30 +382,30 @@ idem_direct_claim_key(IdemDirect *d, text *scope, text *key, TimestampTz now,
 	MemoryContext caller = CurrentMemoryContext;
 	EState	   *estate = d->estate;
 	TupleTableSlot *slot = d->slot;
-	Datum		values[NCOLUMNS];
-	bool		nulls[NCOLUMNS];
+	Datum		values[IDEM_NCOLUMNS];
+	bool		nulls[IDEM_NCOLUMNS];
 	IdemDirectResult result;
 	bool		checked = false;
 
 	ResetPerTupleExprContext(estate);
 
 	memset(nulls, true, sizeof(nulls));
-	values[COL_SCOPE - 1] = PointerGetDatum(scope);
-	values[COL_KEY - 1] = PointerGetDatum(key);
-	values[COL_STATUS - 1] = d->claimed;
-	values[COL_FINGERPRINT - 1] = PointerGetDatum(fp);
-	values[COL_CREATED_AT - 1] = TimestampTzGetDatum(now);
-	values[COL_UPDATED_AT - 1] = TimestampTzGetDatum(now);
-	values[COL_EXPIRES_AT - 1] = TimestampTzGetDatum(expires);
-	values[COL_ATTEMPTS - 1] = Int32GetDatum(0);
-	nulls[COL_SCOPE - 1] = false;
-	nulls[COL_KEY - 1] = false;
-	nulls[COL_STATUS - 1] = false;
-	nulls[COL_FINGERPRINT - 1] = (fp == NULL);
-	nulls[COL_CREATED_AT - 1] = false;
-	nulls[COL_UPDATED_AT - 1] = false;
-	nulls[COL_EXPIRES_AT - 1] = false;
-	nulls[COL_ATTEMPTS - 1] = false;
+	values[IDEM_COL_SCOPE - 1] = PointerGetDatum(scope);
+	values[IDEM_COL_KEY - 1] = PointerGetDatum(key);
+	values[IDEM_COL_STATUS - 1] = d->claimed;
+	values[IDEM_COL_FINGERPRINT - 1] = PointerGetDatum(fp);
+	values[IDEM_COL_CREATED_AT - 1] = TimestampTzGetDatum(now);
+	values[IDEM_COL_UPDATED_AT - 1] = TimestampTzGetDatum(now);
+	values[IDEM_COL_EXPIRES_AT - 1] = TimestampTzGetDatum(expires);
+	values[IDEM_COL_ATTEMPTS - 1] = Int32GetDatum(0);
+	nulls[IDEM_COL_SCOPE - 1] = false;
+	nulls[IDEM_COL_KEY - 1] = false;
+	nulls[IDEM_COL_STATUS - 1] = false;
+	nulls[IDEM_COL_FINGERPRINT - 1] = (fp == NULL);
+	nulls[IDEM_COL_CREATED_AT - 1] = false;
+	nulls[IDEM_COL_UPDATED_AT - 1] = false;
+	nulls[IDEM_COL_EXPIRES_AT - 1] = false;
+	nulls[IDEM_COL_ATTEMPTS - 1] = false;
 
 	ExecClearTuple(slot);
 	memcpy(slot->tts_values, values, sizeof(values));
@@ -707,7 +440,7 @@ idem_direct_claim_key(IdemDirect *d, text *scope, text *key, TimestampTz now,
 		 */
 		if (!checked)
 		{
-			if (!constraints_hold(d->rel, d->nsp, nulls))
+			if (!idem_records_constraints_hold(d->rel, d->nsp, nulls))
 				ExecConstraints(d->rri, slot, estate);
 			checked = true;
 		}
@@ -765,80 +498,6 @@ idem_direct_claim(Oid nsp, text *scope, text *key, TimestampTz now,
 }
 
 /*
- * fname (idem_guard) on a table that Citus manages: refused up front.  The
- * guard's triggers would have to run on every shard (Citus refuses
- * triggers on distributed tables unless citus.enable_unsafe_triggers is
- * on), and a guard created only on the coordinator's shell table would
- * leave every UPDATE through the coordinator unguarded.
- */
-void
-idem_refuse_citus_table(Oid relid, const char *table, const char *fname)
-{
-	if (idem_citus_table(relid))
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("%s: table %s is managed by Citus", fname, table),
-				 errdetail("Guards on Citus tables are not supported yet: Citus does not put the guard's triggers on the shards, so updates would go through unguarded."),
-				 errhint("Keep a guarded table out of Citus (neither distributed nor a reference or local table); docs/citus.md lists what works on Citus.")));
-}
-
-/*
- * Is rel a Citus shard (a placement on this node) of the table logical?
- * Its name is logical's followed by _<shard id>, in the same schema, and
- * pg_catalog.pg_dist_shard has that shard id for logical.  False without
- * the citus extension.
- */
-bool
-idem_citus_shard_of(Relation rel, Oid logical)
-{
-	const char *name = RelationGetRelationName(rel);
-	const char *sep = strrchr(name, '_');
-	char	   *lname;
-	char	   *end;
-	int64		shardid;
-	Oid			catalog;
-	Oid			index;
-	Relation	pds;
-	ScanKeyData skey;
-	SysScanDesc scan;
-	HeapTuple	tup;
-	bool		found = false;
-
-	if (!OidIsValid(logical) || sep == NULL || sep[1] == '\0' ||
-		RelationGetNamespace(rel) != get_rel_namespace(logical) ||
-		!OidIsValid(get_extension_oid("citus", true)))
-		return false;
-	lname = get_rel_name(logical);
-	if (lname == NULL || strlen(lname) != (size_t) (sep - name) ||
-		strncmp(name, lname, sep - name) != 0)
-		return false;
-	errno = 0;
-	shardid = strtoi64(sep + 1, &end, 10);
-	if (errno != 0 || *end != '\0' || shardid <= 0)
-		return false;
-
-	catalog = get_relname_relid("pg_dist_shard", PG_CATALOG_NAMESPACE);
-	if (!OidIsValid(catalog))
-		return false;
-	index = get_relname_relid("pg_dist_shard_shardid_index", PG_CATALOG_NAMESPACE);
-	pds = table_open(catalog, AccessShareLock);
-	/* shardid (attribute 2) is an int8; logicalrelid (1) a regclass. */
-	ScanKeyInit(&skey, 2, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(shardid));
-	scan = systable_beginscan(pds, index, OidIsValid(index), NULL, 1, &skey);
-	tup = systable_getnext(scan);
-	if (HeapTupleIsValid(tup))
-	{
-		bool		isnull;
-		Datum		d = heap_getattr(tup, 1, RelationGetDescr(pds), &isnull);
-
-		found = !isnull && DatumGetObjectId(d) == logical;
-	}
-	systable_endscan(scan);
-	table_close(pds, AccessShareLock);
-	return found;
-}
-
-/*
  * Is idem_records of schema nsp a Citus table?  The cached answer of the
  * direct path; idem_records stays locked (RowExclusiveLock) as by the
  * INSERT or DELETE that follows.  False when there is none (SPI then
@@ -855,65 +514,4 @@ idem_records_citus(Oid nsp)
 	citus = records_is_citus(rel);
 	table_close(rel, NoLock);
 	return citus;
-}
-
-/*
- * fname (idem_claim_many) while idem_records of schema nsp is a Citus
- * table: refused with a clear error.  Citus cannot plan the batch's
- * INSERT ... SELECT over the keys (a lateral subquery with LIMIT over a
- * table function), and a batch spread over shards would not wait in the
- * sorted key order that keeps batches free of deadlocks.
- */
-void
-idem_refuse_citus_records(Oid nsp, const char *fname)
-{
-	if (idem_records_citus(nsp))
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("%s: not supported while idem_records is a Citus table", fname),
-				 errdetail("Citus cannot run the batch's INSERT ... SELECT over the keys, and a batch spread over shards would not take its keys in the order that keeps batches free of deadlocks."),
-				 errhint("Call idem_claim for each key in ascending key order (COLLATE \"C\") inside one transaction.")));
-}
-
-/*
- * fname (idem_begin) on a Citus node other than the coordinator while
- * idem_records of schema nsp is a Citus table: refused.  idem_token_seq
- * is a sequence of each node, so a token drawn on a worker could be below
- * one that the coordinator issued for the same key, and fencing would not
- * hold.  The node is the coordinator when pg_catalog.pg_dist_local_group
- * says group 0.
- */
-void
-idem_refuse_citus_worker_tokens(Oid nsp, const char *fname)
-{
-	Oid			catalog;
-	Relation	rel;
-	SysScanDesc scan;
-	HeapTuple	tup;
-	int32		group = 0;
-
-	if (!idem_records_citus(nsp))
-		return;
-	catalog = get_relname_relid("pg_dist_local_group", PG_CATALOG_NAMESPACE);
-	if (!OidIsValid(catalog))
-		return;
-	rel = table_open(catalog, AccessShareLock);
-	scan = systable_beginscan(rel, InvalidOid, false, NULL, 0, NULL);
-	tup = systable_getnext(scan);
-	if (HeapTupleIsValid(tup))
-	{
-		bool		isnull;
-		Datum		d = heap_getattr(tup, 1, RelationGetDescr(rel), &isnull);
-
-		if (!isnull)
-			group = DatumGetInt32(d);
-	}
-	systable_endscan(scan);
-	table_close(rel, AccessShareLock);
-	if (group != 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("%s: fencing tokens are issued on the Citus coordinator only", fname),
-				 errdetail("This node is a Citus worker (group %d); its idem_token_seq is its own, so a token drawn here could be below one the coordinator issued for the same key.", group),
-				 errhint("Call %s through the coordinator.", fname)));
 }

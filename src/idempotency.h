@@ -17,6 +17,10 @@
  *	                     idem_begin share
  *	    direct.c         the fast path's mechanism: speculative insertion
  *	                     into idem_records without SPI
+ *	    direct_table.c   is idem_records as the install script made it
+ *	                     (shape, constraints, primary key)?
+ *	    citus.c          what Citus's catalogs say; errors for what does
+ *	                     not hold on Citus yet
  *	    batch.c          idem_claim_many: batch claims in canonical key order
  *	    lease.c          idem_begin, idem_heartbeat, idem_finish, idem_fail,
  *	                     idem_await: two-phase records with fenced leases
@@ -41,7 +45,8 @@
  *	  The call graph has no cycle: query.c and machine.c call no other
  *	  file; stats.c and worker.c call only query.c, so idempotency.c's
  *	  _PG_init may call their init functions;
- *	  claim.c calls direct.c, and batch.c and lease.c call claim.c; the
+ *	  claim.c calls direct.c, which calls direct_table.c and citus.c (both
+ *	  call no other file), and batch.c and lease.c call claim.c; the
  *	  state machines form the chain machine.c <- machine_cache.c <-
  *	  transition.c -> guard.c, and guard_trigger.c -> guard_cache.c ->
  *	  machine_cache.c.
@@ -276,15 +281,39 @@ extern IdemDirectResult idem_direct_claim_key(IdemDirect *d, text *scope, text *
 											  TimestampTz now, TimestampTz expires,
 											  bytea *fp, IdemRecordState *rec);
 extern void idem_direct_close(IdemDirect *d);
-extern bool idem_citus_table(Oid relid);
-extern bool idem_citus_shard_of(Relation rel, Oid logical);
-extern bool idem_records_citus(Oid nsp);
-extern void idem_refuse_citus_records(Oid nsp, const char *fname);
-extern void idem_refuse_citus_worker_tokens(Oid nsp, const char *fname);
-extern void idem_refuse_citus_table(Oid relid, const char *table, const char *fname);
 extern IdemDirectResult idem_direct_claim(Oid nsp, text *scope, text *key,
 										  TimestampTz now, TimestampTz expires,
 										  bytea *fp, IdemRecordState *rec);
+extern bool idem_records_citus(Oid nsp);
+
+/*
+ * direct_table.c: is idem_records as the install script made it?  The
+ * attribute numbers of its columns (1-based), as direct.c writes them.
+ */
+#define IDEM_COL_SCOPE			1
+#define IDEM_COL_KEY			2
+#define IDEM_COL_STATUS			3
+#define IDEM_COL_FINGERPRINT	4
+#define IDEM_COL_CREATED_AT		6
+#define IDEM_COL_UPDATED_AT		7
+#define IDEM_COL_EXPIRES_AT		8
+#define IDEM_COL_LOCKED_UNTIL	9
+#define IDEM_COL_ATTEMPTS		11
+#define IDEM_NCOLUMNS			12
+
+extern bool idem_records_shape_ok(Relation rel);
+extern bool idem_records_constraints_hold(Relation rel, Oid nsp, const bool *nulls);
+extern bool idem_records_pk_is_scope_key(ResultRelInfo *rri);
+
+/*
+ * citus.c: what Citus's catalogs say (false everywhere without Citus),
+ * and the errors for what does not hold on Citus yet.
+ */
+extern bool idem_citus_table(Oid relid);
+extern bool idem_citus_shard_of(Relation rel, Oid logical);
+extern void idem_refuse_citus_records(bool records_citus, const char *fname);
+extern void idem_refuse_citus_worker_tokens(bool records_citus, const char *fname);
+extern void idem_refuse_citus_table(Oid relid, const char *table, const char *fname);
 
 /*
  * machine.c: state machine definitions, compiled.

@@ -308,7 +308,7 @@ idem_begin(PG_FUNCTION_ARGS)
 	lease = PG_GETARG_INTERVAL_P(2);
 
 	idem_check_writable(fname);
-	idem_refuse_citus_worker_tokens(nsp, fname);
+	idem_refuse_citus_worker_tokens(idem_records_citus(nsp), fname);
 
 	now = GetCurrentTimestamp();
 	locked_until = idem_add_interval(now, lease, "lease", fname);

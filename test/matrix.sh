@@ -93,7 +93,7 @@ run_major() { # v kind
     total_f=$((total_f + $(sed -E 's/^[0-9]+ passed, ([0-9]+) failed.*/\1/' <<<"$line")))
     case $line in *skipped) total_s=$((total_s + $(sed -E 's/.* ([0-9]+) skipped$/\1/' <<<"$line")));; esac
     rows+=("$(printf '%-4s %-6s %-34s %s' "$v" "$kind" "$line" \
-        "$(sed -nE 's/^   ([a-z]+) +([0-9]+) passed, +([0-9]+) failed$/\1 \2\/\3/p' "$log" | tr '\n' ' ')") ($(( $(date +%s) - t0 )) s)")
+        "$(sed -nE 's/^   ([a-z]+) +([0-9]+) passed, +([0-9]+) failed$/\1 \2\/\3/p; s/^   ([a-z]+) +([0-9]+) passed, +([0-9]+) failed, ([0-9]+) skipped$/\1 \2\/\3 (\4 skipped)/p' "$log" | tr '\n' ' ')") ($(( $(date +%s) - t0 )) s)")
     rm -f "$log"
 }
 

@@ -33,7 +33,7 @@ if [ "$(id -u)" -eq 0 ]; then
 else
     IDEM_PG_CACHE=${IDEM_PG_CACHE:-$HOME/.cache/idempotency}
 fi
-if [ -z "${IDEM_PG_SOURCES:-}" ] && [ -x "$IDEM_TOP/../shared/postgresql/build.sh" ]; then
+if [ -z "${IDEM_PG_SOURCES:-}" ] && [ -f "$IDEM_TOP/../shared/postgresql/build.sh" ]; then
     IDEM_PG_SOURCES=$(cd "$IDEM_TOP/../shared/postgresql" && pwd)
 fi
 IDEM_PG_SOURCES=${IDEM_PG_SOURCES:-}
@@ -52,7 +52,10 @@ pg_config_of() { # v
         idem_install_packages build-essential flex bison libreadline-dev zlib1g-dev pkg-config libipc-run-perl >&2
         mkdir -p "$IDEM_PG_CACHE"
         idem_log "building PostgreSQL $v into $IDEM_PG_CACHE/pg$v (5-6 minutes)"
-        bash "$IDEM_PG_SOURCES/build.sh" "$v" "$IDEM_PG_CACHE/pg$v" >&2 || rm -rf "$IDEM_PG_CACHE/pg$v"
+        # Not as a sub-make of ours: PostgreSQL builds its generated headers
+        # (utils/errcodes.h, ...) only when MAKELEVEL is 0.
+        env -u MAKELEVEL -u MAKEFLAGS -u MFLAGS -u MAKEOVERRIDES \
+            bash "$IDEM_PG_SOURCES/build.sh" "$v" "$IDEM_PG_CACHE/pg$v" >&2 || rm -rf "$IDEM_PG_CACHE/pg$v"
     fi
     [ -x "$pgc" ] && echo "$pgc"
 }

@@ -8,81 +8,21 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use IdemCitus;
 
-my $pkglibdir = `pg_config --pkglibdir`;
-chomp $pkglibdir;
-plan skip_all => 'citus not installed' unless -f "$pkglibdir/citus.so";
+IdemCitus::skip_unless_citus();
 
 # ---------------------------------------------------------------- cluster
-my @nodes;
-for my $name (qw(coord worker1 worker2))
-{
-	my $n = PostgreSQL::Test::Cluster->new($name);
-	$n->init;
-	$n->append_conf(
-		'postgresql.conf', q(
-shared_preload_libraries = 'citus,idempotency'
-listen_addresses = '127.0.0.1'
-max_prepared_transactions = 20
-citus.shard_count = 4
-citus.node_conninfo = 'sslmode=disable'
-deadlock_timeout = '100ms'
-));
-	$n->append_conf('pg_hba.conf', "host all all 127.0.0.1/32 trust\n");
-	$n->start;
-	$n->safe_psql('postgres',
-		'CREATE EXTENSION citus; CREATE EXTENSION idempotency;');
-	push @nodes, $n;
-}
-my ($coord, $w1, $w2) = @nodes;
-my %by_port = map { $_->port => $_ } @nodes;
-$coord->safe_psql('postgres',
-	"SELECT citus_set_coordinator_host('127.0.0.1', " . $coord->port . ')');
-$coord->safe_psql('postgres',
-	"SELECT citus_add_node('127.0.0.1', " . $_->port . ')')
-  for ($w1, $w2);
+my $c = IdemCitus->new(workers => 2);
+my ($coord, $w1, $w2) = $c->nodes;
 is($coord->safe_psql('postgres', 'SELECT count(*) FROM citus_get_active_worker_nodes()'),
 	'2', 'two workers joined');
 
-sub cq { return $coord->safe_psql('postgres', $_[0]); }
-
-# The shard of idem_records holding a key, and the node with its placement.
-sub shard_of
-{
-	my ($key) = @_;
-	return cq("SELECT get_shard_id_for_distribution_column('idem_records', '$key')");
-}
-
-sub node_of
-{
-	my ($shard) = @_;
-	my $port = cq("SELECT nodeport FROM pg_dist_placement p JOIN pg_dist_node n USING (groupid) WHERE p.shardid = $shard");
-	return $by_port{$port};
-}
-
-# Rows of a shard table, read on the node that holds it.
-sub shard_rows
-{
-	my ($table, $shard, $where) = @_;
-	$where //= 'true';
-	return node_of($shard)->safe_psql('postgres',
-		"SELECT count(*) FROM ${table}_$shard WHERE $where");
-}
-
-# Keys (prefix0, prefix1, ...) on shards of two different workers.
-sub keys_on_two_workers
-{
-	my ($prefix) = @_;
-	my %seen;
-	for my $i (0 .. 200)
-	{
-		my $k = "$prefix$i";
-		my $node = node_of(shard_of($k));
-		$seen{ $node->port } //= $k;
-		return sort values %seen if keys %seen == 2;
-	}
-	die "no keys on two workers";
-}
+sub cq { return $c->cq($_[0]); }
+sub shard_of { return $c->shard_of('idem_records', $_[0]); }
+sub node_of { return $c->node_of($_[0]); }
+sub shard_rows { return $c->shard_rows(@_); }
+sub keys_on_two_workers { return $c->values_on_two_workers('idem_records', $_[0]); }
 
 # ----------------------------------------------------- idem_distribute()
 # Without the citus extension in the database: a clear error.
@@ -447,5 +387,5 @@ like($err, qr/cannot execute a distributed query from a query on a shard/,
 	"the guard's trigger on the shard cannot read idem_machines");
 is(cq('SELECT count(*) FROM parcels'), '0', 'nothing was written');
 
-$_->stop for @nodes;
+$_->stop for $c->nodes;
 done_testing();

@@ -343,9 +343,10 @@ batch_claim(Oid nsp, text *scope, BatchKey *distinct, int m,
 	 * subquery with LIMIT), so each key, in sorted order, is claimed as
 	 * idem_claim does, a statement routed to its shard.  The keys are still
 	 * locked in one order, whatever shard holds them, so two batches wait
-	 * for each other rather than deadlock.
+	 * for each other rather than deadlock.  The same for records with a
+	 * shard key (shard.c), whose statements are keyed.
 	 */
-	if (idem_records_citus(nsp))
+	if (idem_records_citus(nsp) || OidIsValid(idem_shard_type(nsp)))
 	{
 		for (i = 0; i < m; i++)
 			state[i] = idem_claim_one(nsp, scope, (text *) DatumGetPointer(distinct[i].key),

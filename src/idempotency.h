@@ -328,6 +328,9 @@ extern bool idem_records_pk_is_scope_key(ResultRelInfo *rri);
  * and the errors for what does not hold on Citus yet.
  */
 extern bool idem_citus_table(Oid relid);
+
+/* citus_local.c: the fast path on this node's shard of a key. */
+extern Relation idem_citus_local_shard(Relation records, text *key);
 extern bool idem_citus_shard_of(Relation rel, Oid logical);
 extern void idem_refuse_citus_worker_tokens(bool records_citus, const char *fname);
 extern void idem_refuse_citus_table(Oid relid, const char *table, const char *fname);

@@ -51,7 +51,9 @@
  *	  idem_records that Citus manages (a distributed, reference or Citus
  *	  local table: a row of pg_catalog.pg_dist_partition), whose local
  *	  relation is a shell without the data (the SPI path's SQL is routed
- *	  by Citus to the shard).
+ *	  by Citus to the shard) -- but for a single key on the node that
+ *	  holds its shard, where the fast path writes into the shard relation
+ *	  instead (citus_local.c says when and how that is safe).
  *
  *	  Permissions: every open runs the executor's own permission check for
  *	  INSERT and SELECT of the columns it writes and reads, so
@@ -292,6 +294,15 @@ struct IdemDirect
 	List	   *arbiters;		/* the primary key */
 };
 
+/* idem_records open for the fast path, or NULL when it is off. */
+static Relation
+direct_records(Oid nsp)
+{
+	if (!idem_direct_claim_enabled || IsolationUsesXactSnapshot())
+		return NULL;
+	return open_records(nsp);
+}
+
 /*
  * Open the fast path for claims in the extension's schema nsp: NULL when
  * it does not apply (see the header comment; nothing is left open then).
@@ -302,12 +313,8 @@ struct IdemDirect
 IdemDirect *
 idem_direct_open(Oid nsp)
 {
-	Relation	rel;
+	Relation	rel = direct_records(nsp);
 
-	if (!idem_direct_claim_enabled || IsolationUsesXactSnapshot())
-		return NULL;
-
-	rel = open_records(nsp);
 	if (rel == NULL)
 		return NULL;
 	if (!direct_usable(rel))
@@ -326,12 +333,9 @@ idem_direct_open(Oid nsp)
 static IdemDirect *
 direct_open_local_shard(Oid nsp, text *key)
 {
-	Relation	rel;
+	Relation	rel = direct_records(nsp);
 	Relation	shard;
 
-	if (!idem_direct_claim_enabled || IsolationUsesXactSnapshot())
-		return NULL;
-	rel = open_records(nsp);
 	if (rel == NULL)
 		return NULL;
 	shard = records_is_citus(rel) ? idem_citus_local_shard(rel, key) : NULL;

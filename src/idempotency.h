@@ -24,6 +24,7 @@
  *	                     (shape, constraints, primary key)?
  *	    citus.c          what Citus's catalogs say; errors for what does
  *	                     not hold on Citus yet
+ *	    citus_local.c    the fast path on this node's shard of a key
  *	    batch.c          idem_claim_many: batch claims in canonical key order
  *	    lease.c          idem_begin, idem_heartbeat, idem_finish, idem_fail,
  *	                     idem_await: two-phase records with fenced leases
@@ -48,8 +49,8 @@
  *	  The call graph has no cycle: shard.c and machine.c call no other
  *	  file, query.c calls only shard.c; stats.c and worker.c call only query.c, so idempotency.c's
  *	  _PG_init may call their init functions;
- *	  claim.c calls direct.c, which calls direct_table.c and citus.c (both
- *	  call no other file), and batch.c and lease.c call claim.c; the files
+ *	  claim.c calls direct.c, which calls direct_table.c, citus.c and
+ *	  citus_local.c (none calls another file), and batch.c and lease.c call claim.c; the files
  *	  with F_at twins (claim.c, records.c, lease.c, token.c, batch.c) call
  *	  shard.c; the
  *	  state machines form the chain machine.c <- machine_cache.c <-

@@ -47,15 +47,14 @@
  *	  batch.c, lease.c, records.c, token.c and transition.c export only
  *	  SQL-callable functions, so they have no section below.
  *	  The call graph has no cycle: shard.c and machine.c call no other
- *	  file, query.c calls only shard.c; stats.c and worker.c call only query.c, so idempotency.c's
- *	  _PG_init may call their init functions;
+ *	  file, query.c calls only shard.c; stats.c and worker.c call only
+ *	  query.c, so idempotency.c's _PG_init may call their init functions;
  *	  claim.c calls direct.c, which calls direct_table.c, citus.c and
- *	  citus_local.c (none calls another file), and batch.c and lease.c call claim.c; the files
- *	  with F_at twins (claim.c, records.c, lease.c, token.c, batch.c) call
- *	  shard.c; the
- *	  state machines form the chain machine.c <- machine_cache.c <-
- *	  transition.c -> guard.c, and guard_trigger.c -> guard_cache.c ->
- *	  machine_cache.c.
+ *	  citus_local.c (none calls another file), and batch.c and lease.c
+ *	  call claim.c; the files with F_at twins (claim.c, records.c,
+ *	  lease.c, token.c, batch.c) call shard.c; the state machines form the
+ *	  chain machine.c <- machine_cache.c <- transition.c -> guard.c, and
+ *	  guard_trigger.c -> guard_cache.c -> machine_cache.c.
  *
  *-------------------------------------------------------------------------
  */

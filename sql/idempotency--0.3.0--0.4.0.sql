@@ -116,3 +116,19 @@ COMMENT ON FUNCTION @extschema@.idem_distribute() IS
     'Citus: distribute idem_records by key and make idem_machines a reference table (docs/citus.md)';
 
 REVOKE ALL ON FUNCTION @extschema@.idem_distribute() FROM PUBLIC;
+
+-- Citus: guards on distributed tables (sql/idempotency_machine.sql,
+-- docs/citus.md).  idem_guard on a distributed table puts its triggers on
+-- every shard and keeps history in a table co-located with it (C code, no
+-- catalog change); idem_sources serves the guarded UPDATE that moves a row
+-- only when the move is legal, which Citus accepts (no column reference in
+-- the call).  Public: it only reads definitions.
+CREATE FUNCTION @extschema@.idem_sources(
+    machine pg_catalog.text,
+    to_state pg_catalog.text)
+RETURNS pg_catalog.text[]
+AS 'MODULE_PATHNAME', 'idem_sources'
+LANGUAGE C STABLE CALLED ON NULL INPUT PARALLEL SAFE;
+
+COMMENT ON FUNCTION @extschema@.idem_sources(pg_catalog.text, pg_catalog.text) IS
+    'The states from which machine declares a transition to to_state; for UPDATE ... WHERE status = ANY (idem_sources(machine, to_state)), on Citus too';

@@ -1,0 +1,235 @@
+# Citus: guards on a distributed table (docs/citus.md, "State machines on
+# distributed tables").  idem_guard puts its triggers on every shard; they
+# read the machine from this node's placement of the reference table
+# idem_machines, bump the version on the shard and write the history into
+# a table co-located with the guarded one.  A redefinition on the
+# coordinator reaches the shards' cached machines; idem_unguard removes the
+# triggers from every shard; after a third worker and a rebalance the moved
+# shards are still guarded.  Skipped when citus.so is not installed.
+use strict;
+use warnings;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use IdemCitus;
+
+IdemCitus::skip_unless_citus();
+
+my $c = IdemCitus->new(workers => 2);
+my ($coord, $w1, $w2) = $c->nodes;
+
+sub cq { return $c->cq($_[0]); }
+
+# psql with verbose errors: (exit code, stderr).
+sub try_on
+{
+	my ($node, $sql) = @_;
+	my ($ret, $out, $err) = $node->psql('postgres', "\\set VERBOSITY verbose\n$sql");
+	return ($ret, $err);
+}
+
+# Guard triggers on the shards of $table held by $node (shards are hidden
+# from pg_class unless citus.override_table_visibility is off).
+sub shard_triggers
+{
+	my ($node, $table) = @_;
+	return $node->safe_psql('postgres',
+		"SET citus.override_table_visibility = off;
+		 SELECT count(*) FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+		 WHERE c.relname ~ '^${table}_[0-9]+\$' AND t.tgname LIKE 'idem\\_guard\\_%'");
+}
+
+# The node holding the shard of orders for id, and that shard.
+sub orders_shard { return $c->shard_of('orders', $_[0]); }
+sub history_shard { return $c->shard_of('orders_transitions', $_[0]); }
+
+# ------------------------------------------------------------------ setup
+cq(q{SELECT idem_machine_define('order', '{"initial": ["new"], "transitions": {"new": ["paid", "cancelled"], "paid": ["shipped"]}}')});
+cq('SELECT idem_distribute()');
+cq(q{CREATE TABLE orders (
+    id      bigint PRIMARY KEY,
+    status  text NOT NULL DEFAULT 'new',
+    version int NOT NULL DEFAULT 0,
+    note    text);
+SELECT create_distributed_table('orders', 'id')});
+
+# A plpgsql helper that runs a statement and answers 'ok' or its SQLSTATE
+# (for background sessions, which must not fail).
+cq(q{CREATE FUNCTION try_sql(stmt text) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+    EXECUTE stmt;
+    RETURN 'ok';
+EXCEPTION WHEN OTHERS THEN
+    RETURN SQLSTATE;
+END $$});
+
+# ------------------------------------------------------------- idem_guard
+cq(q{SELECT idem_guard('orders', 'status', 'order', version_column => 'version', history => true)});
+pass('idem_guard on a distributed table');
+is(cq("SELECT count(*) FROM pg_dist_shard WHERE logicalrelid = 'orders'::regclass"), '4', 'four shards');
+is(shard_triggers($w1, 'orders') + shard_triggers($w2, 'orders'), 16,
+	'four guard triggers (check, insert, version, log) on each of the four shards');
+is( cq("SELECT count(DISTINCT colocationid) FROM pg_dist_partition
+	WHERE logicalrelid IN ('orders'::regclass, 'orders_transitions'::regclass)"),
+	'1', 'its history table orders_transitions is co-located with orders');
+is(cq("SELECT column_to_column_name(logicalrelid, partkey) FROM pg_dist_partition WHERE logicalrelid = 'orders_transitions'::regclass"),
+	'id', 'and distributed by the same column');
+is(cq("SELECT has_table_privilege('public', 'orders_transitions', 'INSERT')"), 'f',
+	'the history table is not writable by PUBLIC');
+cq(q{SELECT idem_guard('orders', 'status', 'order', version_column => 'version', history => true)});
+pass('idem_guard again replaces the guard (and reuses the history table)');
+is(shard_triggers($w1, 'orders') + shard_triggers($w2, 'orders'), 16, 'still four triggers per shard');
+
+# ------------------------------------------------- through the coordinator
+cq("INSERT INTO orders (id) SELECT g FROM generate_series(1, 8) g");
+is(cq('SELECT count(*) FROM orders'), '8', 'inserts in the initial state pass');
+my ($ret, $err) = try_on($coord, "INSERT INTO orders (id, status) VALUES (100, 'paid')");
+isnt($ret, 0, 'an insert in a non-initial state is rejected');
+like($err, qr/ID004: guarded insert into public\.orders: illegal initial state "paid"/,
+	'with ID004, naming the distributed table (not the shard)');
+is(cq('SELECT count(*) FROM orders WHERE id = 100'), '0', 'nothing was inserted');
+
+cq("UPDATE orders SET status = 'paid' WHERE id = 1");
+is(cq(q{SELECT status || ':' || version FROM orders WHERE id = 1}), 'paid:1',
+	'a legal transition passes, the version is bumped on the shard');
+($ret, $err) = try_on($coord, "UPDATE orders SET status = 'new' WHERE id = 1");
+isnt($ret, 0, 'an illegal transition is rejected');
+like($err, qr/ID004: guarded update of public\.orders: illegal transition from "paid" to "new"/,
+	'with ID004');
+like($err, qr/HINT:  .*"shipped"/, 'and a hint naming the allowed targets');
+($ret, $err) = try_on($coord, "UPDATE orders SET status = 'shipped'");
+isnt($ret, 0, 'a multi-shard update with one illegal row is rejected');
+like($err, qr/ID004/, 'with ID004');
+is(cq("SELECT count(*) FROM orders WHERE status = 'shipped'"), '0', 'and rolled back on every shard');
+is(cq(q{SELECT status || ':' || version FROM orders WHERE id = 1}), 'paid:1', 'the row is unchanged');
+cq("UPDATE orders SET note = 'x' WHERE id = 1");
+is(cq('SELECT version FROM orders WHERE id = 1'), '1', 'an update of another column keeps the version');
+
+# ----------------------------------------------------------- plain SQL forms
+($ret, $err) = try_on($coord, "UPDATE orders SET status = idem_transition('order', status, 'shipped') WHERE id = 1");
+like($err, qr/STABLE functions used in UPDATE queries cannot be called with column references/,
+	'the single-node idem_transition form is refused by Citus');
+($ret, $err) = try_on($coord, "UPDATE orders SET status = 'shipped' WHERE id = 1 AND idem_can_transition('order', status, 'shipped')");
+like($err, qr/STABLE functions used in UPDATE queries cannot be called with column references/,
+	'so is the idem_can_transition form');
+is(cq("SELECT idem_sources('order', 'shipped')::text"), '{paid}', 'idem_sources lists the sources');
+is(cq("SELECT idem_sources('order', 'cancelled')::text || idem_sources('order', 'new')::text"),
+	'{new}{}', 'and is empty for a state no transition enters');
+is($coord->psql('postgres', "UPDATE orders SET status = 'shipped' WHERE id = 1 AND status = ANY (idem_sources('order', 'shipped'))"),
+	0, 'the idem_sources form passes through Citus');
+is(cq(q{SELECT status || ':' || version FROM orders WHERE id = 1}), 'shipped:2', 'and moves a row where the move is legal');
+my $n = $coord->safe_psql('postgres',
+	"WITH u AS (UPDATE orders SET status = 'shipped' WHERE id = 2 AND status = ANY (idem_sources('order', 'shipped')) RETURNING 1) SELECT count(*) FROM u");
+is($n, '0', 'and is a no-op where it is not (id 2 is new)');
+$n = $coord->safe_psql('postgres',
+	"WITH u AS (UPDATE orders SET status = 'cancelled' WHERE id IN (1, 3, 4) AND status = ANY (idem_sources('order', 'cancelled')) RETURNING id) SELECT string_agg(id::text, ',' ORDER BY id) FROM u");
+is($n, '3,4', 'across shards: only the rows whose move is legal');
+
+# ----------------------------------------------------------------- history
+my $hs = history_shard(1);
+is($c->node_of($hs)->port, $c->node_of(orders_shard(1))->port,
+	"the history of row 1 is on the worker of the row's shard");
+is($c->shard_rows('orders_transitions', $hs, 'id = 1'), '3', 'in the co-located shard: three changes');
+is( cq("SELECT string_agg(coalesce(from_state, '-') || '>' || to_state, ',' ORDER BY logged_at)
+	FROM orders_transitions WHERE id = 1"),
+	'->new,new>paid,paid>shipped', 'in order: insert, paid, shipped (the rejected changes left none)');
+is(cq("SELECT DISTINCT table_name || ':' || status_column || ':' || row_key::text FROM orders_transitions WHERE id = 1"),
+	'public.orders:status:{"id": 1}', 'naming the distributed table, the column and the primary key');
+is(cq("SELECT count(*) FROM orders_transitions WHERE xact_id IS NULL OR changed_at > logged_at"), '0',
+	'with a transaction id, changed_at (transaction start) and logged_at (the clock)');
+is(cq('SELECT count(*) FROM idem_transition_log'), '0', 'idem_transition_log is not used');
+is($c->node_of($hs)->safe_psql('postgres', 'SELECT count(*) FROM idem_transition_log'), '0',
+	"nor the worker's");
+
+# ---------------------------------------------------------------- on a worker
+my $wo = $c->node_of(orders_shard(5));
+my $other = $wo->port == $w1->port ? $w2 : $w1;
+for my $w ($wo, $other)
+{
+	my $p = $w->port;
+	($ret, $err) = try_on($w, "UPDATE orders SET status = 'shipped' WHERE id = 5");
+	like($err, qr/ID004: guarded update of public\.orders: illegal transition from "new" to "shipped"/,
+		"an illegal update run on a worker is rejected (port $p)");
+}
+$other->safe_psql('postgres', "UPDATE orders SET status = 'paid' WHERE id = 5");
+is(cq(q{SELECT status || ':' || version FROM orders WHERE id = 5}), 'paid:1',
+	'a legal update run on the other worker passes, the version is bumped');
+$wo->safe_psql('postgres', "UPDATE orders SET status = 'shipped' WHERE id = 5");
+is(cq(q{SELECT status || ':' || version FROM orders WHERE id = 5}), 'shipped:2',
+	"and one run on the shard's own worker (local execution)");
+is($c->shard_rows('orders_transitions', history_shard(5), 'id = 5'), '3',
+	'both wrote their history into the co-located shard');
+
+# ------------------------------------------------------------ redefinition
+# A coordinator session whose worker connection has the machine cached, and
+# a session on a worker, see a redefinition made on the coordinator.
+my $cs = $coord->background_psql('postgres');
+my $ws = $w1->background_psql('postgres');
+like($cs->query_safe("SELECT try_sql('UPDATE orders SET status = ''shipped'' WHERE id = 6')"),
+	qr/^ID004/, 'new -> shipped is illegal (coordinator session, machine cached on the shard)');
+like($ws->query_safe("SELECT try_sql('UPDATE orders SET status = ''shipped'' WHERE id = 7')"),
+	qr/^ID004/, 'new -> shipped is illegal (worker session)');
+cq(q{SELECT idem_machine_define('order', '{"initial": ["new"], "transitions": {"new": ["paid", "cancelled", "shipped"], "paid": ["shipped"]}}')});
+like($cs->query_safe("SELECT try_sql('UPDATE orders SET status = ''shipped'' WHERE id = 6')"),
+	qr/^ok/, 'after the redefinition the same coordinator session may move it');
+like($ws->query_safe("SELECT try_sql('UPDATE orders SET status = ''shipped'' WHERE id = 7')"),
+	qr/^ok/, 'and the worker session too');
+$_->quit for ($cs, $ws);
+is(cq("SELECT string_agg(status, ',' ORDER BY id) FROM orders WHERE id IN (6, 7)"), 'shipped,shipped',
+	'both rows moved');
+
+# ------------------------------------------------ refusals on Citus tables
+cq(q{CREATE TABLE carriers (id text PRIMARY KEY, status text NOT NULL);
+SELECT create_reference_table('carriers')});
+($ret, $err) = try_on($coord, "SELECT idem_guard('carriers', 'status', 'order')");
+like($err, qr/0A000: idem_guard: table public\.carriers is a Citus table that is not hash-distributed/,
+	'a reference table is refused with 0A000');
+cq(q{CREATE TABLE tickets (status text PRIMARY KEY, n int);
+SELECT create_distributed_table('tickets', 'status', colocate_with => 'none')});
+($ret, $err) = try_on($coord, "SELECT idem_guard('tickets', 'status', 'order')");
+like($err, qr/0A000: idem_guard: column "status" is the distribution column of public\.tickets/,
+	'the distribution column cannot be the status column');
+
+# ------------------------------------------------------------ idem_unguard
+cq("SELECT idem_unguard('orders', 'status')");
+is(shard_triggers($w1, 'orders') + shard_triggers($w2, 'orders'), 0,
+	'idem_unguard removes the triggers from every shard');
+cq("UPDATE orders SET status = 'bogus' WHERE id = 8");
+is(cq(q{SELECT status || ':' || version FROM orders WHERE id = 8}), 'bogus:0', 'the table is unguarded');
+cq("UPDATE orders SET status = 'new' WHERE id = 8");
+cq(q{SELECT idem_guard('orders', 'status', 'order', version_column => 'version', history => true)});
+
+# ------------------------------------------------- a third worker, rebalance
+my $w3 = $c->add_worker;
+($ret, my $out, $err) = $coord->psql('postgres',
+	"SELECT rebalance_table_shards(shard_transfer_mode => 'block_writes')");
+is($ret, 0, 'rebalance_table_shards after adding a third worker') or diag($err);
+cmp_ok(shard_triggers($w3, 'orders'), '>', 0, 'shards moved to the new worker carry the guard triggers');
+is(shard_triggers($w1, 'orders') + shard_triggers($w2, 'orders') + shard_triggers($w3, 'orders'), 16,
+	'still four triggers on each of the four shards');
+my $moved;
+for my $id (10 .. 400)
+{
+	if ($c->node_of(orders_shard($id))->port == $w3->port)
+	{
+		$moved = $id;
+		last;
+	}
+}
+ok(defined $moved, "an id on a moved shard ($moved)");
+is($c->node_of(history_shard($moved))->port, $w3->port, 'its history shard moved with it');
+cq("INSERT INTO orders (id) VALUES ($moved)");
+cq("UPDATE orders SET status = 'paid' WHERE id = $moved");
+is(cq("SELECT status || ':' || version FROM orders WHERE id = $moved"), 'paid:1',
+	'a legal transition on a moved shard passes and bumps the version');
+($ret, $err) = try_on($coord, "UPDATE orders SET status = 'new' WHERE id = $moved");
+like($err, qr/ID004: guarded update of public\.orders: illegal transition from "paid" to "new"/,
+	'an illegal one is rejected with ID004');
+($ret, $err) = try_on($coord, "INSERT INTO orders (id, status) VALUES ($moved + 1000000, 'paid')");
+like($err, qr/ID004/, 'inserts are checked after the rebalance too');
+is($c->shard_rows('orders_transitions', history_shard($moved), "id = $moved"), '2',
+	"the history is written on the moved shard's worker");
+is(cq("SELECT count(*) FROM orders_transitions WHERE id = 1"), '3', 'older history moved along');
+
+$_->stop for $c->nodes;
+done_testing();

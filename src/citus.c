@@ -3,9 +3,13 @@
  * citus.c
  *	  What the extension needs to know about Citus, read from Citus's own
  *	  catalogs (pg_dist_partition, pg_dist_shard, pg_dist_local_group) without
- *	  linking to Citus: is a table managed by Citus, is a relation a shard of
- *	  a given table, is this node the coordinator; and the errors for what
- *	  does not hold on Citus yet (docs/citus.md).
+ *	  linking to Citus: is a table managed by Citus (and how it is
+ *	  distributed), is a relation a shard of a given table, which local
+ *	  relation is this node's placement of a reference table's shard or of
+ *	  the shard co-located with another (same shardminvalue; its name made
+ *	  as Citus's AppendShardIdToName makes it), is this node the
+ *	  coordinator; and the errors for what does not hold on Citus yet
+ *	  (docs/citus.md).
  *
  *	  Without the citus extension in the database every question answers
  *	  false after one syscache look-up (get_extension_oid), and nothing is
@@ -17,7 +21,7 @@
  *	  whether idem_records is a Citus table with its OID).
  *
  *	  This file calls no other file of src/: direct.c, batch.c, lease.c,
- *	  guard.c and machine_cache.c call it.
+ *	  guard.c, guard_cache.c, guard_trigger.c and machine_cache.c call it.
  *
  *-------------------------------------------------------------------------
  */

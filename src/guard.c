@@ -49,10 +49,24 @@
  *	  Locking: idem_guard takes ShareRowExclusiveLock on the table (as
  *	  CREATE TRIGGER does) and idem_unguard AccessExclusiveLock (as DROP
  *	  TRIGGER does), after checking the TRIGGER privilege so that nobody
- *	  can lock a table they may not guard.
+ *	  can lock a table they may not guard.  On Citus, Citus takes its own
+ *	  locks on the shards for the trigger DDL and create_distributed_table.
  *
  *	  Partitioned tables are refused: a row moved to another partition is
  *	  inserted there anew, which would have to be an initial state.
+ *
+ *	  Citus (docs/citus.md): on a hash-distributed table the same triggers
+ *	  are created through Citus, with citus.enable_unsafe_triggers (and
+ *	  citus.multi_shard_modify_mode = sequential) set for the duration of
+ *	  the call only (a GUC nest level, as a function's SET clause), so that
+ *	  Citus creates them on every shard placement; idem_unguard drops them
+ *	  the same way.  With history, the log trigger takes a fifth argument,
+ *	  the history table <table>_transitions that idem_guard creates (or
+ *	  reuses) co-located with the guarded table, distributed by a first
+ *	  column like the table's distribution column; guard_trigger.c writes
+ *	  each change into its shard co-located with the row's.  Other Citus
+ *	  tables (reference, Citus local, ...) are refused (citus.c), and so is
+ *	  the distribution column as status or version column.
  *
  *	  Visibility: the triggers are created and dropped through SPI in the
  *	  caller's transaction, so a guard appears or goes away at its commit,
@@ -496,7 +510,10 @@ citus_history_table(Oid relid, const char *table, AttrNumber distatt,
  * transaction), 42501 (no TRIGGER privilege on tbl), 42809 (not a table),
  * 0A000 (partitioned table), 42703 (no such column), 42804 (status not
  * text/varchar, version not integer/bigint), 22023 (version column is the
- * status column), 42704 (no such machine).
+ * status column), 42704 (no such machine); on Citus, 0A000 (a Citus table
+ * that is not hash-distributed, or the distribution column as status or
+ * version column) and 42P07 (<table>_transitions exists and is not its
+ * history table).
  */
 Datum
 idem_guard(PG_FUNCTION_ARGS)

@@ -8,7 +8,10 @@
  *	  plan).  Used by guard_trigger.c at every firing.
  *
  *	  Calls: machine.c and machine_cache.c (idem_check_machine_name,
- *	  idem_machine_get); called by guard_trigger.c only.
+ *	  idem_machine_get), citus.c (is the firing relation a Citus shard: then
+ *	  the entry names the distributed table, in messages and history, and
+ *	  keeps the shard's hash range for the history); called by
+ *	  guard_trigger.c only.
  *
  *	  Cache: trigger OID -> GuardEntry, in a dynahash in
  *	  CacheMemoryContext, found through fn_extra without a hash lookup.  A

@@ -10,10 +10,16 @@
  *	  said no, finds out why and raises ID004; "version", a BEFORE UPDATE
  *	  trigger that sets the version column to the old version + 1 on every
  *	  change of the status; "log", an AFTER trigger that appends each
- *	  change to idem_transition_log through a saved plan.
+ *	  change to idem_transition_log through a saved plan, or, for a guard
+ *	  on a Citus distributed table, to the history table named by its fifth
+ *	  argument: on a shard, directly into the placement of that table's
+ *	  co-located shard on this node (citus.c finds it in pg_dist_shard), a
+ *	  local INSERT in the shard's own transaction, never a distributed query
+ *	  from the shard.
  *
- *	  Calls: guard_cache.c for the trigger's entry and its machine, and
- *	  machine.c's questions; nothing in the chain calls back here.
+ *	  Calls: guard_cache.c for the trigger's entry and its machine,
+ *	  machine.c's questions, citus.c for the history shard; nothing in the
+ *	  chain calls back here.
  *
  *	  Errors: raised inside the user's statement, which rolls back.  Their
  *	  messages begin with what the user did, "guarded update of <table>"

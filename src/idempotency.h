@@ -19,8 +19,9 @@
  *	                     into idem_records without SPI
  *	    direct_table.c   is idem_records as the install script made it
  *	                     (shape, constraints, primary key)?
- *	    citus.c          what Citus's catalogs say; errors for what does
- *	                     not hold on Citus yet
+ *	    citus.c          what Citus's catalogs say (tables, shards, local
+ *	                     placements); errors for what does not hold on
+ *	                     Citus yet
  *	    batch.c          idem_claim_many: batch claims in canonical key order
  *	    lease.c          idem_begin, idem_heartbeat, idem_finish, idem_fail,
  *	                     idem_await: two-phase records with fenced leases
@@ -31,7 +32,7 @@
  *	                     on a compiled machine
  *	    machine_cache.c  the per-backend machine cache, idem_machines_trigger
  *	    transition.c     idem_machine_define/drop, idem_can_transition,
- *	                     idem_transition, idem_guard_allows
+ *	                     idem_transition, idem_sources, idem_guard_allows
  *	    guard_cache.c    the per-backend cache of guard triggers
  *	    guard_trigger.c  idem_guard_trigger: a guard at run time
  *	    guard.c          idem_guard, idem_unguard: the guard installer
@@ -49,7 +50,8 @@
  *	  call no other file), and batch.c and lease.c call claim.c; the
  *	  state machines form the chain machine.c <- machine_cache.c <-
  *	  transition.c -> guard.c, and guard_trigger.c -> guard_cache.c ->
- *	  machine_cache.c.
+ *	  machine_cache.c; machine_cache.c, guard.c, guard_cache.c and
+ *	  guard_trigger.c also call citus.c.
  *
  *-------------------------------------------------------------------------
  */

@@ -11,6 +11,18 @@
  *	  machine is compiled on first use in a backend from the definition read
  *	  through SPI with the latest snapshot.
  *
+ *	  Citus: once idem_distribute() made idem_machines a reference table,
+ *	  the definition is read from this node's placement of it
+ *	  (idem_machines_<shard id>, found by citus.c in pg_dist_shard) with a
+ *	  heap scan under the same snapshot rules, not through SPI: a guard's
+ *	  trigger runs on a shard, where reading a Citus table through SQL
+ *	  would be a distributed query from a query on a shard, which Citus
+ *	  refuses.  A reference table is written on all its placements in one
+ *	  distributed transaction, so the local placement holds every committed
+ *	  definition; the statement trigger below fires on each placement and
+ *	  invalidates the caches of that node.  Without a local placement (a
+ *	  coordinator outside the metadata), SPI as before.
+ *
  *	  Invalidation: every change of idem_machines (idem_machine_define,
  *	  idem_machine_drop, and any direct DML through a statement trigger)
  *	  registers a relcache invalidation of idem_machines.  It is

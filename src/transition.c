@@ -4,9 +4,8 @@
  *	  The SQL API of state machines: idem_machine_define and
  *	  idem_machine_drop (the definitions in idem_machines),
  *	  idem_can_transition, idem_transition and idem_sources (asking a
- *	  machine), and
- *	  idem_guard_allows (the rule of a table guard, evaluated in the WHEN
- *	  condition of the triggers guard.c installs).
+ *	  machine), and idem_guard_allows (the rule of a table guard, evaluated
+ *	  in the WHEN condition of the triggers guard.c installs).
  *
  *	  Calls: machine.c and machine_cache.c for the machine, and guard.c
  *	  (idem_guards_of_machine) when a machine is dropped; nothing calls

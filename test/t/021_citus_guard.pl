@@ -83,7 +83,8 @@ is(shard_triggers($w1, 'orders') + shard_triggers($w2, 'orders'), 16, 'still fou
 # ------------------------------------------------- through the coordinator
 cq("INSERT INTO orders (id) SELECT g FROM generate_series(1, 8) g");
 is(cq('SELECT count(*) FROM orders'), '8', 'inserts in the initial state pass');
-my ($ret, $err) = try_on($coord, "INSERT INTO orders (id, status) VALUES (100, 'paid')");
+my ($ret, $out, $err);
+($ret, $err) = try_on($coord, "INSERT INTO orders (id, status) VALUES (100, 'paid')");
 isnt($ret, 0, 'an insert in a non-initial state is rejected');
 like($err, qr/ID004: guarded insert into public\.orders: illegal initial state "paid"/,
 	'with ID004, naming the distributed table (not the shard)');
@@ -160,6 +161,28 @@ is(cq(q{SELECT status || ':' || version FROM orders WHERE id = 5}), 'shipped:2',
 is($c->shard_rows('orders_transitions', history_shard(5), 'id = 5'), '3',
 	'both wrote their history into the co-located shard');
 
+# ------------------------------------------------------ an application role
+# A writer needs INSERT on the history table (Citus passes the grant to
+# the shards); the machine is read from the placement without a privilege.
+cq(q{CREATE ROLE app LOGIN;
+GRANT USAGE ON SCHEMA public TO app;
+GRANT SELECT, INSERT, UPDATE ON orders TO app});
+($ret, $out, $err) = $coord->psql('postgres',
+	"\\set VERBOSITY verbose\nUPDATE orders SET status = 'paid' WHERE id = 2",
+	extra_params => [ '-U', 'app' ]);
+like($err, qr/42501: permission denied for table orders_transitions/,
+	'a writer without INSERT on the history table is refused (42501)');
+cq('GRANT INSERT ON orders_transitions TO app');
+($ret, $out, $err) = $coord->psql('postgres',
+	"\\set VERBOSITY verbose\nUPDATE orders SET status = 'paid' WHERE id = 2",
+	extra_params => [ '-U', 'app' ]);
+is($ret, 0, 'with it, the application role moves the row') or diag($err);
+($ret, $out, $err) = $coord->psql('postgres',
+	"\\set VERBOSITY verbose\nUPDATE orders SET status = 'new' WHERE id = 2",
+	extra_params => [ '-U', 'app' ]);
+like($err, qr/ID004/, 'and is refused an illegal move');
+is(cq("SELECT count(*) FROM orders_transitions WHERE id = 2"), '2', 'its change is in the history');
+
 # ------------------------------------------------------------ redefinition
 # A coordinator session whose worker connection has the machine cached, and
 # a session on a worker, see a redefinition made on the coordinator.
@@ -201,7 +224,7 @@ cq(q{SELECT idem_guard('orders', 'status', 'order', version_column => 'version',
 
 # ------------------------------------------------- a third worker, rebalance
 my $w3 = $c->add_worker;
-($ret, my $out, $err) = $coord->psql('postgres',
+($ret, $out, $err) = $coord->psql('postgres',
 	"SELECT rebalance_table_shards(shard_transfer_mode => 'block_writes')");
 is($ret, 0, 'rebalance_table_shards after adding a third worker') or diag($err);
 cmp_ok(shard_triggers($w3, 'orders'), '>', 0, 'shards moved to the new worker carry the guard triggers');

@@ -56,9 +56,9 @@
  *	  inserted there anew, which would have to be an initial state.
  *
  *	  Citus (docs/citus.md): on a hash-distributed table the same triggers
- *	  are created through Citus, with citus.enable_unsafe_triggers (and
- *	  citus.multi_shard_modify_mode = sequential) set for the duration of
- *	  the call only (a GUC nest level, as a function's SET clause), so that
+ *	  are created through Citus, with citus.enable_unsafe_triggers set for
+ *	  the duration of the call only (a GUC nest level, as a function's SET
+ *	  clause), so that
  *	  Citus creates them on every shard placement; idem_unguard drops them
  *	  the same way.  With history, the log trigger takes a fifth argument,
  *	  the history table <table>_transitions that idem_guard creates (or
@@ -390,8 +390,9 @@ create_guard_triggers(const GuardSpec *g, bool history)
 
 /*
  * Let Citus put the triggers on every shard (citus.enable_unsafe_triggers)
- * and run the DDL of this call on one connection per node
- * (citus.multi_shard_modify_mode), until citus_guc_end(level).
+ * until citus_guc_end(level).  The caller's citus.multi_shard_modify_mode
+ * is kept: Citus refuses to switch a transaction that ran a parallel
+ * query to sequential DDL.
  */
 static int
 citus_guc_begin(void)
@@ -399,8 +400,6 @@ citus_guc_begin(void)
 	int			level = NewGUCNestLevel();
 
 	(void) set_config_option("citus.enable_unsafe_triggers", "on", PGC_USERSET,
-							 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
-	(void) set_config_option("citus.multi_shard_modify_mode", "sequential", PGC_USERSET,
 							 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
 	return level;
 }

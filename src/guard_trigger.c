@@ -41,6 +41,7 @@
 #include "access/sysattr.h"
 #include "access/table.h"
 #include "access/xact.h"
+#include "catalog/namespace.h"
 #include "catalog/objectaddress.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_trigger.h"
@@ -62,6 +63,7 @@
 #include "utils/rel.h"
 #include "utils/relcache.h"
 #include "utils/syscache.h"
+#include "utils/varlena.h"
 #include "utils/xid8.h"
 
 #include "idempotency.h"
@@ -270,14 +272,22 @@ guard_history_target(GuardEntry *e, TriggerData *td, Oid *disttype)
 {
 	Relation	rel = td->tg_relation;
 	const char *doing = idem_guard_doing(td, e->table_name);
-	Oid			hist = DatumGetObjectId(DirectFunctionCall1(regclassin,
-															 CStringGetDatum(e->history_table)));
+	List	   *names = textToQualifiedNameList(cstring_to_text(e->history_table));
+	Oid			hist = RangeVarGetRelid(makeRangeVarFromNameList(names), NoLock, true);
 	Oid			target = hist;
 	Relation	h;
 	Form_pg_attribute first = NULL;
 	int			i;
 	char	   *name;
 
+	/* Citus creates a table's metadata on the workers when it commits. */
+	if (!OidIsValid(hist))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("%s: history table %s does not exist on this node",
+						doing, e->history_table),
+				 errdetail("A history table that idem_guard created is known to the workers once its transaction commits."),
+				 errhint("Commit the transaction that called idem_guard before writing the table; if the history table was dropped, install the guard again with idem_guard().")));
 	if (e->on_shard)
 		target = idem_citus_local_placement(hist, e->shard_min);
 	if (!OidIsValid(target))

@@ -213,6 +213,49 @@ SELECT create_distributed_table('tickets', 'status', colocate_with => 'none')});
 like($err, qr/0A000: idem_guard: column "status" is the distribution column of public\.tickets/,
 	'the distribution column cannot be the status column');
 
+# A table guarded with history before it was distributed: Citus copies the
+# triggers to the shards (citus.enable_unsafe_triggers), where the history
+# could only go to the node's own idem_transition_log: refused; idem_guard
+# on the distributed table then gives it a co-located history.
+cq(q{CREATE TABLE legacy (id bigint PRIMARY KEY, status text NOT NULL);
+SELECT idem_guard('legacy', 'status', 'order', history => true);
+SET citus.enable_unsafe_triggers = on;
+SELECT create_distributed_table('legacy', 'id')});
+($ret, $err) = try_on($coord, "INSERT INTO legacy VALUES (1, 'new')");
+like($err, qr/0A000: guarded insert into public\.legacy: this guard writes its history to idem_transition_log, which is not co-located with the shard/,
+	'a guard with history made before distributing is refused on the shard (0A000)');
+like($err, qr/HINT:  Install the guard again with idem_guard\(\) on the distributed table/, 'with a hint');
+cq(q{SELECT idem_guard('legacy', 'status', 'order', history => true)});
+cq("INSERT INTO legacy VALUES (1, 'new')");
+is(cq('SELECT count(*) FROM legacy_transitions WHERE id = 1'), '1',
+	'after idem_guard again, the history goes to the co-located legacy_transitions');
+
+# Everything in one transaction: create, distribute, guard, write.
+cq(q{BEGIN;
+CREATE TABLE quick (id bigint PRIMARY KEY, status text NOT NULL DEFAULT 'new', version int NOT NULL DEFAULT 0);
+SELECT create_distributed_table('quick', 'id');
+SELECT idem_guard('quick', 'status', 'order', version_column => 'version');
+INSERT INTO quick (id) SELECT g FROM generate_series(1, 10) g;
+UPDATE quick SET status = 'paid';
+COMMIT});
+is(cq(q{SELECT count(*) || ':' || sum(version) FROM quick WHERE status = 'paid'}), '10:10',
+	'a table created, distributed, guarded and written in one transaction');
+($ret, $err) = try_on($coord, q{BEGIN;
+UPDATE quick SET status = 'new' WHERE id = 1});
+like($err, qr/ID004/, 'and guarded');
+# With history, the history table is known to the workers only once the
+# transaction that created it commits: a write before is refused.
+($ret, $err) = try_on($coord, q{BEGIN;
+SELECT idem_guard('quick', 'status', 'order', version_column => 'version', history => true);
+UPDATE quick SET status = 'shipped' WHERE id = 1;
+COMMIT});
+like($err, qr/55000: guarded update of public\.quick: history table public\.quick_transitions does not exist on this node/,
+	'a write with history in the transaction that created the history table is refused (55000)');
+like($err, qr/HINT:  Commit the transaction that called idem_guard before writing the table/, 'with a hint');
+cq(q{SELECT idem_guard('quick', 'status', 'order', version_column => 'version', history => true)});
+cq(q{UPDATE quick SET status = 'shipped'});
+is(cq('SELECT count(*) FROM quick_transitions'), '10', 'after its commit, the history is written');
+
 # ------------------------------------------------------------ idem_unguard
 cq("SELECT idem_unguard('orders', 'status')");
 is(shard_triggers($w1, 'orders') + shard_triggers($w2, 'orders'), 0,

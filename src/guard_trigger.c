@@ -494,7 +494,11 @@ guard_log(GuardEntry *e, FunctionCallInfo fcinfo, TriggerData *td)
  * BEFORE: fails with ID004 (an illegal initial state or transition, or a
  * value that is not a state), 42704 (the machine was dropped), 22004/22003
  * (the version column is NULL or would overflow), 42804/42703 (a column
- * changed type or vanished since idem_guard).  AFTER: writes the history.
+ * changed type or vanished since idem_guard).  AFTER: writes the history;
+ * on a Citus shard fails with 0A000 (a guard made before the table was
+ * distributed, whose history would not be co-located), 55000 (the history
+ * table, or its co-located shard, is not on this node), 42804 (its first
+ * column is not the guarded table's distribution column).
  */
 Datum
 idem_guard_trigger(PG_FUNCTION_ARGS)

@@ -306,7 +306,7 @@ name_arg(FunctionCallInfo fcinfo, int argno, const char *what, const char *fname
 	return pstrdup(NameStr(*PG_GETARG_NAME(argno)));
 }
 
-/* What create_guard_triggers needs: names, quoted for SQL where q... */
+/* A guard to create: the names create_guard_triggers puts into SQL. */
 typedef struct GuardSpec
 {
 	char	   *table;			/* schema-qualified, quoted */
@@ -633,7 +633,8 @@ idem_unguard(PG_FUNCTION_ARGS)
 	idem_check_writable(fname);
 
 	table = lock_guarded_table(relid, AccessExclusiveLock, fname);
-	citus = idem_citus_guardable(relid, table, fname);
+	/* Any Citus table: a guard copied to its shards is removed from them. */
+	citus = idem_citus_table(relid);
 	status_att = user_column(relid, table, status_col, fname);
 
 	idem_spi_connect();

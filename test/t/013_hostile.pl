@@ -142,6 +142,11 @@ my %null_rules = (
 		[ q{'nm'}, q{'a'}, q{'b'} ],
 		[ '22004', '22004', '22004' ]
 	],
+	'idem_sources(text,text)' => [
+		q{SELECT idem_machine_define('nm', '{"initial": ["a"], "transitions": {"a": ["b"]}}')},
+		[ q{'nm'}, q{'b'} ],
+		[ '22004', '22004' ]
+	],
 	'idem_guard_allows(text,text,text)' => [
 		q{SELECT idem_machine_define('nm', '{"initial": ["a"], "transitions": {"a": ["b"]}}')},
 		[ q{'nm'}, q{'a'}, q{'b'} ],

@@ -141,6 +141,7 @@ my %calls = (
 	'idem_can_transition(text,text,text)' => [ [ q{SELECT idem_can_transition('secm', 'new', 'paid')}, 'ok:t' ] ],
 	'idem_transition(text,text,text)'     => [ [ q{SELECT idem_transition('secm', 'new', 'paid')}, 'ok:paid' ] ],
 	'idem_guard_allows(text,text,text)'   => [ [ q{SELECT idem_guard_allows('secm', 'paid', 'new')}, 'ok:f' ] ],
+	'idem_sources(text,text)'             => [ [ q{SELECT idem_sources('secm', 'paid')}, 'ok:{new}' ] ],
 	# Public by design: a pure function of its argument (the CHECK on status).
 	'idem_status_is_valid(text)' => [ [ q{SELECT idem_status_is_valid('claimed')}, 'ok:t' ] ],
 	# Trigger functions cannot be called directly; idem_machines_trigger
@@ -447,6 +448,7 @@ SELECT public.idem_machine_define('${p}_m', '{"initial": ["new"], "transitions":
 SELECT public.idem_can_transition('${p}_m', 'new', 'paid');
 SELECT public.idem_transition('${p}_m', 'new', 'paid');
 SELECT public.idem_guard_allows('${p}_m', 'paid', 'new');
+SELECT public.idem_sources('${p}_m', 'paid');
 SELECT public.idem_guard('public.${p}_orders', 'status', '${p}_m', NULL, true);
 INSERT INTO public.${p}_orders VALUES (1, 'new');
 UPDATE public.${p}_orders SET status = 'paid';
@@ -465,7 +467,7 @@ my @expected_output = (
 	't', 'f', 't', 't', 'f', '', '{"r": 1}', 't',
 	'b2|t', 'b1|t', 'k1|f', 'b1|f',
 	'acquired', 't', '', 'completed', '', 'acquired', 't', 'f', '0', 'PFX', '',
-	't', 'paid', 'f', '', 'paid|0', '', '', 't|t', '0');
+	't', 'paid', 'f', '{new}', '', 'paid|0', '', '', 't|t', '0');
 
 sub run_hijack
 {

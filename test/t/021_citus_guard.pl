@@ -256,6 +256,25 @@ cq(q{SELECT idem_guard('quick', 'status', 'order', version_column => 'version', 
 cq(q{UPDATE quick SET status = 'shipped'});
 is(cq('SELECT count(*) FROM quick_transitions'), '10', 'after its commit, the history is written');
 
+# A guarded table co-located with idem_records (a text COLLATE "C" key):
+# the history table takes the collation too, so it can be co-located; a
+# claim, the guarded insert and update and their history are on one shard.
+cq(q{CREATE TABLE payments (key text COLLATE "C" PRIMARY KEY, status text NOT NULL DEFAULT 'new');
+SELECT create_distributed_table('payments', 'key', colocate_with => 'idem_records');
+SELECT idem_guard('payments', 'status', 'order', history => true)});
+is( cq("SELECT count(DISTINCT colocationid) FROM pg_dist_partition
+	WHERE logicalrelid IN ('payments'::regclass, 'payments_transitions'::regclass, 'idem_records'::regclass)"),
+	'1', 'a text-keyed guarded table, its history and idem_records are co-located');
+cq(q{BEGIN;
+SELECT idem_claim('payment', 'p-1');
+INSERT INTO payments (key) VALUES ('p-1');
+UPDATE payments SET status = 'paid' WHERE key = 'p-1';
+COMMIT});
+my $pshard = $c->shard_of('payments_transitions', 'p-1');
+is($c->node_of($pshard)->port, $c->node_of($c->shard_of('idem_records', 'p-1'))->port,
+	'the claim and the history of its row are on the same worker');
+is($c->shard_rows('payments_transitions', $pshard, "key = 'p-1'"), '2', 'two changes in the history shard');
+
 # ------------------------------------------------------------ idem_unguard
 cq("SELECT idem_unguard('orders', 'status')");
 is(shard_triggers($w1, 'orders') + shard_triggers($w2, 'orders'), 0,

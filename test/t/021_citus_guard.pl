@@ -183,6 +183,22 @@ is($ret, 0, 'with it, the application role moves the row') or diag($err);
 like($err, qr/ID004/, 'and is refused an illegal move');
 is(cq("SELECT count(*) FROM orders_transitions WHERE id = 2"), '2', 'its change is in the history');
 
+# A known limit (docs/citus.md): the machine is read from this node's
+# placement, so a definition made earlier in the same transaction is seen
+# only when Citus wrote that placement in this session (local execution,
+# the default), not with citus.enable_local_execution off.
+is( cq(q{BEGIN;
+SELECT 'defined' FROM idem_machine_define('tmpm', '{"initial": ["a"], "transitions": {"a": ["b"]}}');
+SELECT idem_can_transition('tmpm', 'a', 'b');
+ROLLBACK}), "defined\nt", 'a machine defined earlier in the transaction is seen (local execution)');
+($ret, $err) = try_on($coord, q{BEGIN;
+SET LOCAL citus.enable_local_execution = off;
+SELECT idem_machine_define('tmpm', '{"initial": ["a"], "transitions": {"a": ["b"]}}');
+SELECT idem_can_transition('tmpm', 'a', 'b');
+ROLLBACK});
+like($err, qr/42704: idem_can_transition: machine "tmpm" does not exist/,
+	'but not with citus.enable_local_execution off (42704 until commit)');
+
 # ------------------------------------------------------------ redefinition
 # A coordinator session whose worker connection has the machine cached, and
 # a session on a worker, see a redefinition made on the coordinator.

@@ -106,6 +106,17 @@ is(cq(q{SELECT status || ':' || version FROM orders WHERE id = 1}), 'paid:1', 't
 cq("UPDATE orders SET note = 'x' WHERE id = 1");
 is(cq('SELECT version FROM orders WHERE id = 1'), '1', 'an update of another column keeps the version');
 
+# COPY through the coordinator is checked on the shards too.
+cq("COPY orders (id) FROM STDIN;\n200\n201\n\\.\n");
+is(cq('SELECT count(*) FROM orders_transitions WHERE id IN (200, 201)'), '2',
+	'COPY in the initial state passes, with history');
+($ret, $err) = try_on($coord, "COPY orders (id, status) FROM STDIN;\n202\tnew\n203\tpaid\n\\.\n");
+# Citus's COPY passes on the shard's message and detail, not its SQLSTATE
+# (ReportCopyError raises XX000).
+like($err, qr/XX000: guarded insert into public\.orders: illegal initial state "paid"/,
+	"COPY of a row in a non-initial state is rejected (the guard's message; Citus's COPY reports XX000)");
+is(cq('SELECT count(*) FROM orders WHERE id IN (202, 203)'), '0', 'and the whole COPY rolled back');
+
 # ----------------------------------------------------------- plain SQL forms
 ($ret, $err) = try_on($coord, "UPDATE orders SET status = idem_transition('order', status, 'shipped') WHERE id = 1");
 like($err, qr/STABLE functions used in UPDATE queries cannot be called with column references/,

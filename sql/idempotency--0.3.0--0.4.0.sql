@@ -4,7 +4,8 @@
 --   * idem_grant(role, access) and idem_revoke(role) grant an application
 --     role what it needs;
 --   * two comments corrected;
---   * idem_distribute() makes the tables Citus tables.
+--   * idem_distribute() makes the tables Citus tables;
+--   * idem_sources(machine, to_state), for guarded UPDATEs on Citus.
 -- The same objects are in sql/idempotency_machine.sql,
 -- sql/idempotency_grant.sql and sql/idempotency_citus.sql, the sources of a
 -- fresh 0.4.0 install.

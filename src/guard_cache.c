@@ -86,7 +86,7 @@ static bool guard_callback_registered = false;
 
 /* Relcache callback: mark the entries of relid (or all) stale; free nothing. */
 static void
-guard_cache_callback(Datum arg, Oid relid)
+guard_cache_callback(Oid relid)
 {
 	HASH_SEQ_STATUS seq;
 	GuardEntry *e;
@@ -248,7 +248,7 @@ guard_entry(TriggerData *td)
 
 	if (!guard_callback_registered)
 	{
-		CacheRegisterRelcacheCallback(guard_cache_callback, (Datum) 0);
+		idem_relcache_subscribe(guard_cache_callback);
 		guard_callback_registered = true;
 	}
 	if (guard_cache == NULL)

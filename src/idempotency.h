@@ -133,6 +133,10 @@ typedef enum IdemStatKind
 } IdemStatKind;
 
 /* idempotency.c: validation shared by the SQL-callable functions */
+/* One relcache callback for every cache of the extension (idempotency.c). */
+typedef void (*IdemRelcacheForget) (Oid relid);
+extern void idem_relcache_subscribe(IdemRelcacheForget forget);
+
 extern text *idem_arg_scope(FunctionCallInfo fcinfo, int argno, const char *fname);
 extern text *idem_arg_key(FunctionCallInfo fcinfo, int argno, const char *fname);
 extern void idem_check_key(text *key, const char *fname);

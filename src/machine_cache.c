@@ -119,7 +119,7 @@ machine_cache_reset(void)
 
 /* Relcache callback: any invalidation of idem_machines drops the cache. */
 static void
-machine_cache_callback(Datum arg, Oid relid)
+machine_cache_callback(Oid relid)
 {
 	if (!OidIsValid(relid) || relid == machines_relid)
 	{
@@ -137,7 +137,7 @@ machine_cache_prepare(Oid nsp)
 
 	if (!callback_registered)
 	{
-		CacheRegisterRelcacheCallback(machine_cache_callback, (Datum) 0);
+		idem_relcache_subscribe(machine_cache_callback);
 		callback_registered = true;
 	}
 	if (OidIsValid(machines_relid) && machines_nsp == nsp)

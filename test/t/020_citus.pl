@@ -439,5 +439,57 @@ like($err, qr/ID004: guarded update of public.parcels: illegal transition from "
 	'distributed with unsafe triggers, its guard is enforced on the shards');
 is(cq('SELECT status FROM parcels'), 'new', 'the legal insert was written, the illegal update was not');
 
+# ------------------------------------------------ a shard moved under a live session
+# A session on the worker that holds a shard claims there through the fast
+# path (its cache says the shard is local); the shard is then moved to the
+# other worker.  The same session's next claims in that shard must go to
+# the new placement, never into the old one (which Citus drops later).
+my ($mk) = grep { node_of(shard_of($_))->port == $w1->port } map { "mv$_" } 0 .. 50;
+my $mshard = shard_of($mk);
+my @mkeys = grep { shard_of($_) == $mshard } map { "mv$_" } 0 .. 200;
+my $live = $w1->background_psql('postgres');
+like($live->query_safe("BEGIN; SELECT idem_claim('move', '$mkeys[0]'); COMMIT;"), qr/t/,
+	'a claim on the worker that holds the shard');
+cq("SELECT citus_move_shard_placement($mshard, '127.0.0.1', " . $w1->port . ", '127.0.0.1', "
+	  . $w2->port . ", shard_transfer_mode => 'block_writes')");
+is(node_of($mshard)->port, $w2->port, 'the shard moved to the other worker');
+like($live->query_safe("BEGIN; SELECT idem_claim('move', '$mkeys[1]'); COMMIT;"), qr/t/,
+	'the same session claims another key of the moved shard');
+like($live->query_safe("BEGIN; SELECT 'dup:' || idem_claim('move', '$mkeys[0]'); COMMIT;"), qr/dup:f/,
+	'and sees the first key as a duplicate');
+like($live->query_safe("SELECT 'auto:' || idem_claim('move', '$mkeys[2]')"), qr/auto:t/,
+	'an autocommit claim too');
+$live->quit;
+is(cq("SELECT count(*) FROM idem_records WHERE scope = 'move'"), '3', 'three records through the coordinator');
+is(shard_rows('idem_records', $mshard, "scope = 'move'"), '3', 'all in the new placement');
+is( $w1->safe_psql('postgres',
+		"SET citus.override_table_visibility = off; SELECT count(*) FROM pg_class WHERE relname = 'idem_records_$mshard'") eq '0'
+	  ? '0'
+	  : $w1->safe_psql('postgres',
+		"SET citus.override_table_visibility = off; SELECT count(*) FROM idem_records_$mshard WHERE scope = 'move' AND key <> '$mkeys[0]'"),
+	'0', 'none written into the old placement');
+
+# A move that starts while a claim written by the fast path is not yet
+# committed must wait for it (the fast path holds Citus's shard metadata
+# lock, as Citus's own writes do); otherwise the uncommitted record would
+# stay behind in the old placement and be lost.
+my $holder2 = $w2->background_psql('postgres');
+like($holder2->query_safe("BEGIN; SELECT idem_claim('move', '$mkeys[3]');"), qr/t/,
+	'a fast-path claim on the shard, not committed yet');
+my $mover = $coord->background_psql('postgres');
+$mover->query_until(qr/moving/,
+	"\\echo moving\nSELECT citus_move_shard_placement($mshard, '127.0.0.1', " . $w2->port
+	  . ", '127.0.0.1', " . $w1->port . ", shard_transfer_mode => 'block_writes');\n");
+ok( $w2->poll_query_until('postgres',
+		"SELECT count(*) > 0 FROM pg_locks WHERE NOT granted AND locktype = 'advisory'"),
+	"the move waits for the claim's transaction");
+$holder2->query_safe('COMMIT;');
+$mover->query_safe('SELECT 1');
+$_->quit for ($holder2, $mover);
+is(node_of($mshard)->port, $w1->port, 'then the shard moved back');
+is(shard_rows('idem_records', $mshard, "scope = 'move' AND key = '$mkeys[3]'"), '1',
+	'with the record committed meanwhile');
+is(cq("SELECT idem_claim('move', '$mkeys[3]')"), 'f', 'which is a duplicate');
+
 $_->stop for $c->nodes;
 done_testing();

@@ -165,6 +165,7 @@ my %null_rules = (
 	'idem_stats_reset()'       => [ '', [], [] ],
 	'idem_summary()'           => [ '', [], [] ],
 	'idem_distribute()'        => [ '', [], [] ],
+	'idem_cluster_stats()'     => [ '', [], [] ],
 	'idem_machines_trigger()'  => [ '', [], [] ],
 	'idem_guard_trigger()'     => [ '', [], [] ],);
 

@@ -151,7 +151,9 @@ my %calls = (
 	'idem_grant(regrole,text)' => [ [ q{SELECT idem_grant('nobody')}, '42501' ] ],
 	'idem_revoke(regrole)'     => [ [ q{SELECT idem_revoke('nobody')}, '42501' ] ],
 	# Not public: it changes the tables (here, without Citus, it would fail with 55000).
-	'idem_distribute()' => [ [ q{SELECT idem_distribute()}, '42501' ] ],);
+	'idem_distribute()' => [ [ q{SELECT idem_distribute()}, '42501' ] ],
+	# Not public, as idem_stats (here, without Citus, it would fail with 55000).
+	'idem_cluster_stats()' => [ [ q{SELECT * FROM idem_cluster_stats()}, '42501' ] ],);
 
 my @functions = split /\n/, su(q{
 	SELECT p.oid::regprocedure::text

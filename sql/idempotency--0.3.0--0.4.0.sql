@@ -4,10 +4,11 @@
 --   * idem_grant(role, access) and idem_revoke(role) grant an application
 --     role what it needs;
 --   * two comments corrected;
---   * idem_distribute() makes the tables Citus tables.
+--   * idem_distribute(shard_key, colocate_with) makes the tables Citus
+--     tables, and the F_at twins address records distributed by a shard key.
 -- The same objects are in sql/idempotency_machine.sql,
--- sql/idempotency_grant.sql and sql/idempotency_citus.sql, the sources of a
--- fresh 0.4.0 install.
+-- sql/idempotency_grant.sql, sql/idempotency_citus.sql and
+-- sql/idempotency_shard.sql, the sources of a fresh 0.4.0 install.
 
 \echo Use "ALTER EXTENSION idempotency UPDATE TO '0.4.0'" to load this file. \quit
 
@@ -74,12 +75,33 @@ COMMENT ON FUNCTION @extschema@.idem_revoke(pg_catalog.regrole) IS
 REVOKE ALL ON FUNCTION @extschema@.idem_grant(pg_catalog.regrole, pg_catalog.text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.idem_revoke(pg_catalog.regrole) FROM PUBLIC;
 
--- Citus: idem_distribute() (sql/idempotency_citus.sql, docs/citus.md).
--- Make the extension's tables Citus tables (idem_records distributed by key,
--- idem_machines a reference table); not public.
-CREATE FUNCTION @extschema@.idem_distribute()
+-- Citus: idem_distribute(shard_key, colocate_with) (sql/idempotency_citus.sql, docs/citus.md).
+-- Make the extension's tables Citus tables: idem_records distributed, and
+-- idem_machines a reference table, copied to every node.
+--   shard_key NULL (the default): idem_records is distributed by key; a
+--     business table distributed by a text COLLATE "C" column holding the
+--     key co-locates with it.
+--   shard_key a type (bigint, integer, uuid, text...): idem_records gets
+--     a column shard_key of that type, its primary key becomes
+--     (shard_key, scope, key), and it is distributed by shard_key; the
+--     F_at twins (sql/idempotency_shard.sql) then address records, so a
+--     customer's claims sit on the shard of that customer's rows.  Only
+--     while idem_records is empty: existing records have no shard key.
+--   colocate_with: a distributed table to co-locate the records with (its
+--     distribution column must have the type of key or shard_key), as
+--     create_distributed_table's argument of that name; NULL: Citus's
+--     default group.
+-- Run once on the coordinator, after CREATE EXTENSION citus and
+-- idempotency on every node and citus_add_node for the workers; calling it
+-- again with the same arguments does nothing.  The shard key column is
+-- added on every node (their idem_records become the shells of the
+-- distributed table).  idem_token_seq and idem_transition_log stay on the
+-- coordinator (docs/citus.md says why).  Not public.
+CREATE FUNCTION @extschema@.idem_distribute(
+    shard_key pg_catalog.regtype DEFAULT NULL,
+    colocate_with pg_catalog.regclass DEFAULT NULL)
 RETURNS pg_catalog.void
-LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
+LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -88,6 +110,11 @@ DECLARE
                  WHERE e.extname OPERATOR(pg_catalog.=) 'idempotency');
     records regclass;
     machines regclass;
+    column_now text;
+    type_now regtype;
+    want text := 'key';
+    ddl text;
+    failed text;
 BEGIN
     IF NOT EXISTS (SELECT FROM pg_catalog.pg_extension e
                    WHERE e.extname OPERATOR(pg_catalog.=) 'citus') THEN
@@ -98,10 +125,59 @@ BEGIN
     END IF;
     records := pg_catalog.format('%I.idem_records', nsp)::pg_catalog.regclass;
     machines := pg_catalog.format('%I.idem_machines', nsp)::pg_catalog.regclass;
-    IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p
-                   WHERE p.logicalrelid OPERATOR(pg_catalog.=) records) THEN
-        PERFORM pg_catalog.create_distributed_table(records, 'key');
+
+    SELECT pg_catalog.column_to_column_name(p.logicalrelid, p.partkey) INTO column_now
+    FROM pg_catalog.pg_dist_partition p WHERE p.logicalrelid OPERATOR(pg_catalog.=) records;
+    IF column_now IS NOT NULL THEN
+        SELECT a.atttypid::pg_catalog.regtype INTO type_now FROM pg_catalog.pg_attribute a
+        WHERE a.attrelid OPERATOR(pg_catalog.=) records AND a.attname OPERATOR(pg_catalog.=) column_now;
+        IF idem_distribute.shard_key IS NOT NULL THEN
+            want := 'shard_key';
+        END IF;
+        IF column_now OPERATOR(pg_catalog.<>) want
+           OR (idem_distribute.shard_key IS NOT NULL AND type_now IS DISTINCT FROM idem_distribute.shard_key) THEN
+            RAISE EXCEPTION 'idem_distribute: idem_records is distributed by % already', column_now
+                USING ERRCODE = '55000',
+                      DETAIL = pg_catalog.format('Its distribution column is %s of type %s; the records cannot be moved to another distribution column here.', column_now, type_now),
+                      HINT = 'Call idem_distribute with the arguments it was first called with, or empty idem_records, undistribute it with undistribute_table and call idem_distribute again.';
+        END IF;
+    ELSIF idem_distribute.shard_key IS NULL THEN
+        PERFORM pg_catalog.create_distributed_table(records, 'key',
+            colocate_with => COALESCE(idem_distribute.colocate_with::pg_catalog.text, 'default'));
+    ELSE
+        IF EXISTS (SELECT FROM @extschema@.idem_records) THEN
+            RAISE EXCEPTION 'idem_distribute: idem_records is not empty'
+                USING ERRCODE = '55000',
+                      DETAIL = 'A shard key can be added only to empty records: the existing records have no value for it.',
+                      HINT = 'Distribute the records before the first claim, or release or purge them first.';
+        END IF;
+        -- The same change on every node: each node's idem_records (from its
+        -- own CREATE EXTENSION) becomes a shell of the distributed table,
+        -- and Citus plans a statement on a node against its shell.  The
+        -- command does nothing where the column exists, so a second call
+        -- after a failure finishes the job.
+        ddl := pg_catalog.format(
+            'DO $d$ BEGIN IF NOT EXISTS (SELECT FROM pg_catalog.pg_attribute'
+            ' WHERE attrelid = %L::pg_catalog.regclass AND attname = ''shard_key'' AND NOT attisdropped) THEN'
+            ' ALTER TABLE %I.idem_records ADD COLUMN shard_key %s NOT NULL,'
+            ' DROP CONSTRAINT idem_records_pkey,'
+            ' ADD CONSTRAINT idem_records_pkey PRIMARY KEY (shard_key, scope, key); END IF; END $d$',
+            records::pg_catalog.text, nsp, idem_distribute.shard_key);
+        EXECUTE ddl;
+        SELECT pg_catalog.string_agg(r.nodename OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) r.nodeport
+                                     OPERATOR(pg_catalog.||) ': ' OPERATOR(pg_catalog.||) r.result, '; ')
+          INTO failed
+          FROM pg_catalog.run_command_on_workers(ddl) r WHERE NOT r.success;
+        IF failed IS NOT NULL THEN
+            RAISE EXCEPTION 'idem_distribute: could not add the shard key on every worker'
+                USING ERRCODE = '55000',
+                      DETAIL = pg_catalog.format('Failed: %s.', failed),
+                      HINT = 'Make sure every worker has the idempotency extension (CREATE EXTENSION idempotency) and call idem_distribute again.';
+        END IF;
+        PERFORM pg_catalog.create_distributed_table(records, 'shard_key',
+            colocate_with => COALESCE(idem_distribute.colocate_with::pg_catalog.text, 'default'));
     END IF;
+
     IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p
                    WHERE p.logicalrelid OPERATOR(pg_catalog.=) machines) THEN
         -- Its triggers (validation, cache invalidation) go to every
@@ -112,10 +188,179 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION @extschema@.idem_distribute() IS
-    'Citus: distribute idem_records by key and make idem_machines a reference table (docs/citus.md)';
+COMMENT ON FUNCTION @extschema@.idem_distribute(pg_catalog.regtype, pg_catalog.regclass) IS
+    'Citus: distribute idem_records (by key, or by a shard key of the given type for co-location) and make idem_machines a reference table (docs/citus.md)';
 
-REVOKE ALL ON FUNCTION @extschema@.idem_distribute() FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idem_distribute(pg_catalog.regtype, pg_catalog.regclass) FROM PUBLIC;
+
+--------------------------------------------------------------------------
+-- Records with a shard key (src/shard.c; docs/citus.md, "Co-location by
+-- a business key")
+--------------------------------------------------------------------------
+
+-- Each function F(scope, key, ...) has a twin F_at(shard_key, scope, key,
+-- ...) for idem_records distributed by a shard key of the user's type
+-- (idem_distribute(shard_key => 'bigint') adds the column shard_key and
+-- makes (shard_key, scope, key) the primary key).  shard_key is the
+-- distribution value of the business row the key protects (a customer id,
+-- say), so the record sits on that row's shard.  It is of any type that
+-- converts to the column's type (its own, or through text: 42 for a
+-- bigint column, '6f1c...'::text for a uuid one).  The twins keep the
+-- arguments, results and errors of F, and add: 22004 (shard_key NULL),
+-- 55000 (idem_records has no shard_key column), and the conversion's own
+-- error (22P02) for a value the column's type does not accept.  F itself
+-- on such records fails with 55000 and names its twin.
+
+CREATE FUNCTION @extschema@.idem_claim_at(
+    shard_key "any",
+    scope pg_catalog.text,
+    key pg_catalog.text,
+    ttl pg_catalog.interval DEFAULT NULL,
+    fingerprint pg_catalog.text DEFAULT NULL)
+RETURNS pg_catalog.bool
+AS 'MODULE_PATHNAME', 'idem_claim_at'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.idem_claim_at("any", pg_catalog.text, pg_catalog.text, pg_catalog.interval, pg_catalog.text) IS
+    'idem_claim for idem_records distributed by shard_key (idem_distribute(shard_key => type)): shard_key is the distribution value of the row the key protects';
+
+CREATE FUNCTION @extschema@.idem_complete_at(
+    shard_key "any",
+    scope pg_catalog.text,
+    key pg_catalog.text,
+    result pg_catalog.jsonb)
+RETURNS pg_catalog.void
+AS 'MODULE_PATHNAME', 'idem_complete_at'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.idem_complete_at("any", pg_catalog.text, pg_catalog.text, pg_catalog.jsonb) IS
+    'idem_complete for idem_records distributed by shard_key (idem_distribute(shard_key => type)): shard_key is the distribution value of the row the key protects';
+
+CREATE FUNCTION @extschema@.idem_lookup_at(
+    shard_key "any",
+    scope pg_catalog.text,
+    key pg_catalog.text)
+RETURNS @extschema@.idem_record
+AS 'MODULE_PATHNAME', 'idem_lookup_at'
+LANGUAGE C STABLE CALLED ON NULL INPUT PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION @extschema@.idem_lookup_at("any", pg_catalog.text, pg_catalog.text) IS
+    'idem_lookup for idem_records distributed by shard_key (idem_distribute(shard_key => type)): shard_key is the distribution value of the row the key protects';
+
+CREATE FUNCTION @extschema@.idem_release_at(
+    shard_key "any",
+    scope pg_catalog.text,
+    key pg_catalog.text)
+RETURNS pg_catalog.bool
+AS 'MODULE_PATHNAME', 'idem_release_at'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.idem_release_at("any", pg_catalog.text, pg_catalog.text) IS
+    'idem_release for idem_records distributed by shard_key (idem_distribute(shard_key => type)): shard_key is the distribution value of the row the key protects';
+
+CREATE FUNCTION @extschema@.idem_begin_at(
+    shard_key "any",
+    scope pg_catalog.text,
+    key pg_catalog.text,
+    lease pg_catalog.interval DEFAULT '5 minutes',
+    ttl pg_catalog.interval DEFAULT NULL,
+    fingerprint pg_catalog.text DEFAULT NULL,
+    OUT outcome pg_catalog.text,
+    OUT token pg_catalog.int8,
+    OUT result pg_catalog.jsonb)
+RETURNS record
+AS 'MODULE_PATHNAME', 'idem_begin_at'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.idem_begin_at("any", pg_catalog.text, pg_catalog.text, pg_catalog.interval, pg_catalog.interval, pg_catalog.text) IS
+    'idem_begin for idem_records distributed by shard_key (idem_distribute(shard_key => type)): shard_key is the distribution value of the row the key protects';
+
+CREATE FUNCTION @extschema@.idem_heartbeat_at(
+    shard_key "any",
+    scope pg_catalog.text,
+    key pg_catalog.text,
+    token pg_catalog.int8,
+    lease pg_catalog.interval DEFAULT NULL)
+RETURNS pg_catalog.timestamptz
+AS 'MODULE_PATHNAME', 'idem_heartbeat_at'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.idem_heartbeat_at("any", pg_catalog.text, pg_catalog.text, pg_catalog.int8, pg_catalog.interval) IS
+    'idem_heartbeat for idem_records distributed by shard_key (idem_distribute(shard_key => type)): shard_key is the distribution value of the row the key protects';
+
+CREATE FUNCTION @extschema@.idem_finish_at(
+    shard_key "any",
+    scope pg_catalog.text,
+    key pg_catalog.text,
+    token pg_catalog.int8,
+    result pg_catalog.jsonb DEFAULT NULL)
+RETURNS pg_catalog.void
+AS 'MODULE_PATHNAME', 'idem_finish_at'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.idem_finish_at("any", pg_catalog.text, pg_catalog.text, pg_catalog.int8, pg_catalog.jsonb) IS
+    'idem_finish for idem_records distributed by shard_key (idem_distribute(shard_key => type)): shard_key is the distribution value of the row the key protects';
+
+CREATE FUNCTION @extschema@.idem_fail_at(
+    shard_key "any",
+    scope pg_catalog.text,
+    key pg_catalog.text,
+    token pg_catalog.int8,
+    error pg_catalog.jsonb DEFAULT NULL,
+    retryable pg_catalog.bool DEFAULT true)
+RETURNS pg_catalog.void
+AS 'MODULE_PATHNAME', 'idem_fail_at'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.idem_fail_at("any", pg_catalog.text, pg_catalog.text, pg_catalog.int8, pg_catalog.jsonb, pg_catalog.bool) IS
+    'idem_fail for idem_records distributed by shard_key (idem_distribute(shard_key => type)): shard_key is the distribution value of the row the key protects';
+
+CREATE FUNCTION @extschema@.idem_await_at(
+    shard_key "any",
+    scope pg_catalog.text,
+    key pg_catalog.text,
+    timeout pg_catalog.interval DEFAULT '30 seconds')
+RETURNS @extschema@.idem_record
+AS 'MODULE_PATHNAME', 'idem_await_at'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION @extschema@.idem_await_at("any", pg_catalog.text, pg_catalog.text, pg_catalog.interval) IS
+    'idem_await for idem_records distributed by shard_key (idem_distribute(shard_key => type)): shard_key is the distribution value of the row the key protects';
+
+CREATE FUNCTION @extschema@.idem_token_issue_at(
+    shard_key "any",
+    scope pg_catalog.text,
+    ttl pg_catalog.interval DEFAULT '10 minutes'::pg_catalog.interval)
+RETURNS pg_catalog.text
+AS 'MODULE_PATHNAME', 'idem_token_issue_at'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.idem_token_issue_at("any", pg_catalog.text, pg_catalog.interval) IS
+    'idem_token_issue for idem_records distributed by shard_key (idem_distribute(shard_key => type)): shard_key is the distribution value of the row the key protects';
+
+CREATE FUNCTION @extschema@.idem_token_consume_at(
+    shard_key "any",
+    scope pg_catalog.text,
+    token pg_catalog.text)
+RETURNS pg_catalog.bool
+AS 'MODULE_PATHNAME', 'idem_token_consume_at'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.idem_token_consume_at("any", pg_catalog.text, pg_catalog.text) IS
+    'idem_token_consume for idem_records distributed by shard_key (idem_distribute(shard_key => type)): shard_key is the distribution value of the row the key protects';
+
+CREATE FUNCTION @extschema@.idem_claim_many_at(
+    shard_key "any",
+    scope pg_catalog.text,
+    keys pg_catalog.text[],
+    ttl pg_catalog.interval DEFAULT NULL)
+RETURNS TABLE (key pg_catalog.text, claimed pg_catalog.bool)
+AS 'MODULE_PATHNAME', 'idem_claim_many_at'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE
+ROWS 100;
+
+COMMENT ON FUNCTION @extschema@.idem_claim_many_at("any", pg_catalog.text, pg_catalog.text[], pg_catalog.interval) IS
+    'idem_claim_many for idem_records distributed by shard_key (idem_distribute(shard_key => type)): shard_key is the distribution value of the row the key protects';
 
 -- Citus: cluster-wide statistics
 -- idem_cluster_stats() (sql/idempotency_citus_stats.sql, docs/citus.md): the

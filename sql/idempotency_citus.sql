@@ -2,18 +2,32 @@
 -- Citus (docs/citus.md)
 --------------------------------------------------------------------------
 
--- Make the extension's tables Citus tables, as far as what holds on Citus
--- today: idem_records distributed by key (co-locate a business table
--- distributed by a text column with colocate_with => 'idem_records'), and
--- idem_machines a reference table, copied to every node.  Run once on the
--- coordinator, after CREATE EXTENSION citus and idempotency on every node
--- and citus_add_node for the workers; calling it again does nothing for a
--- table that is a Citus table already.  idem_token_seq and
--- idem_transition_log stay on the coordinator (docs/citus.md says why).
--- Not public.
-CREATE FUNCTION @extschema@.idem_distribute()
+-- Make the extension's tables Citus tables: idem_records distributed, and
+-- idem_machines a reference table, copied to every node.
+--   shard_key NULL (the default): idem_records is distributed by key; a
+--     business table distributed by a text COLLATE "C" column holding the
+--     key co-locates with it.
+--   shard_key a type (bigint, integer, uuid, text...): idem_records gets
+--     a column shard_key of that type, its primary key becomes
+--     (shard_key, scope, key), and it is distributed by shard_key; the
+--     F_at twins (sql/idempotency_shard.sql) then address records, so a
+--     customer's claims sit on the shard of that customer's rows.  Only
+--     while idem_records is empty: existing records have no shard key.
+--   colocate_with: a distributed table to co-locate the records with (its
+--     distribution column must have the type of key or shard_key), as
+--     create_distributed_table's argument of that name; NULL: Citus's
+--     default group.
+-- Run once on the coordinator, after CREATE EXTENSION citus and
+-- idempotency on every node and citus_add_node for the workers; calling it
+-- again with the same arguments does nothing.  The shard key column is
+-- added on every node (their idem_records become the shells of the
+-- distributed table).  idem_token_seq and idem_transition_log stay on the
+-- coordinator (docs/citus.md says why).  Not public.
+CREATE FUNCTION @extschema@.idem_distribute(
+    shard_key pg_catalog.regtype DEFAULT NULL,
+    colocate_with pg_catalog.regclass DEFAULT NULL)
 RETURNS pg_catalog.void
-LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
+LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -22,6 +36,11 @@ DECLARE
                  WHERE e.extname OPERATOR(pg_catalog.=) 'idempotency');
     records regclass;
     machines regclass;
+    column_now text;
+    type_now regtype;
+    want text := 'key';
+    ddl text;
+    failed text;
 BEGIN
     IF NOT EXISTS (SELECT FROM pg_catalog.pg_extension e
                    WHERE e.extname OPERATOR(pg_catalog.=) 'citus') THEN
@@ -32,10 +51,59 @@ BEGIN
     END IF;
     records := pg_catalog.format('%I.idem_records', nsp)::pg_catalog.regclass;
     machines := pg_catalog.format('%I.idem_machines', nsp)::pg_catalog.regclass;
-    IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p
-                   WHERE p.logicalrelid OPERATOR(pg_catalog.=) records) THEN
-        PERFORM pg_catalog.create_distributed_table(records, 'key');
+
+    SELECT pg_catalog.column_to_column_name(p.logicalrelid, p.partkey) INTO column_now
+    FROM pg_catalog.pg_dist_partition p WHERE p.logicalrelid OPERATOR(pg_catalog.=) records;
+    IF column_now IS NOT NULL THEN
+        SELECT a.atttypid::pg_catalog.regtype INTO type_now FROM pg_catalog.pg_attribute a
+        WHERE a.attrelid OPERATOR(pg_catalog.=) records AND a.attname OPERATOR(pg_catalog.=) column_now;
+        IF idem_distribute.shard_key IS NOT NULL THEN
+            want := 'shard_key';
+        END IF;
+        IF column_now OPERATOR(pg_catalog.<>) want
+           OR (idem_distribute.shard_key IS NOT NULL AND type_now IS DISTINCT FROM idem_distribute.shard_key) THEN
+            RAISE EXCEPTION 'idem_distribute: idem_records is distributed by % already', column_now
+                USING ERRCODE = '55000',
+                      DETAIL = pg_catalog.format('Its distribution column is %s of type %s; the records cannot be moved to another distribution column here.', column_now, type_now),
+                      HINT = 'Call idem_distribute with the arguments it was first called with, or empty idem_records, undistribute it with undistribute_table and call idem_distribute again.';
+        END IF;
+    ELSIF idem_distribute.shard_key IS NULL THEN
+        PERFORM pg_catalog.create_distributed_table(records, 'key',
+            colocate_with => COALESCE(idem_distribute.colocate_with::pg_catalog.text, 'default'));
+    ELSE
+        IF EXISTS (SELECT FROM @extschema@.idem_records) THEN
+            RAISE EXCEPTION 'idem_distribute: idem_records is not empty'
+                USING ERRCODE = '55000',
+                      DETAIL = 'A shard key can be added only to empty records: the existing records have no value for it.',
+                      HINT = 'Distribute the records before the first claim, or release or purge them first.';
+        END IF;
+        -- The same change on every node: each node's idem_records (from its
+        -- own CREATE EXTENSION) becomes a shell of the distributed table,
+        -- and Citus plans a statement on a node against its shell.  The
+        -- command does nothing where the column exists, so a second call
+        -- after a failure finishes the job.
+        ddl := pg_catalog.format(
+            'DO $d$ BEGIN IF NOT EXISTS (SELECT FROM pg_catalog.pg_attribute'
+            ' WHERE attrelid = %L::pg_catalog.regclass AND attname = ''shard_key'' AND NOT attisdropped) THEN'
+            ' ALTER TABLE %I.idem_records ADD COLUMN shard_key %s NOT NULL,'
+            ' DROP CONSTRAINT idem_records_pkey,'
+            ' ADD CONSTRAINT idem_records_pkey PRIMARY KEY (shard_key, scope, key); END IF; END $d$',
+            records::pg_catalog.text, nsp, idem_distribute.shard_key);
+        EXECUTE ddl;
+        SELECT pg_catalog.string_agg(r.nodename OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) r.nodeport
+                                     OPERATOR(pg_catalog.||) ': ' OPERATOR(pg_catalog.||) r.result, '; ')
+          INTO failed
+          FROM pg_catalog.run_command_on_workers(ddl) r WHERE NOT r.success;
+        IF failed IS NOT NULL THEN
+            RAISE EXCEPTION 'idem_distribute: could not add the shard key on every worker'
+                USING ERRCODE = '55000',
+                      DETAIL = pg_catalog.format('Failed: %s.', failed),
+                      HINT = 'Make sure every worker has the idempotency extension (CREATE EXTENSION idempotency) and call idem_distribute again.';
+        END IF;
+        PERFORM pg_catalog.create_distributed_table(records, 'shard_key',
+            colocate_with => COALESCE(idem_distribute.colocate_with::pg_catalog.text, 'default'));
     END IF;
+
     IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p
                    WHERE p.logicalrelid OPERATOR(pg_catalog.=) machines) THEN
         -- Its triggers (validation, cache invalidation) go to every
@@ -46,7 +114,7 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION @extschema@.idem_distribute() IS
-    'Citus: distribute idem_records by key and make idem_machines a reference table (docs/citus.md)';
+COMMENT ON FUNCTION @extschema@.idem_distribute(pg_catalog.regtype, pg_catalog.regclass) IS
+    'Citus: distribute idem_records (by key, or by a shard key of the given type for co-location) and make idem_machines a reference table (docs/citus.md)';
 
-REVOKE ALL ON FUNCTION @extschema@.idem_distribute() FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idem_distribute(pg_catalog.regtype, pg_catalog.regclass) FROM PUBLIC;

@@ -16,7 +16,8 @@
  *	  Callers cache answers where they are on a hot path (direct.c keeps
  *	  whether idem_records is a Citus table with its OID).
  *
- *	  This file calls no other file of src/: direct.c, batch.c, lease.c,
+ *	  This file calls no other file of src/: direct.c, batch.c (whether to
+ *	  claim key by key), lease.c,
  *	  guard.c and machine_cache.c call it.
  *
  *-------------------------------------------------------------------------
@@ -138,24 +139,6 @@ idem_citus_shard_of(Relation rel, Oid logical)
 	systable_endscan(scan);
 	table_close(pds, AccessShareLock);
 	return found;
-}
-
-/*
- * fname (idem_claim_many) while idem_records is a Citus table
- * (records_citus: idem_records_citus's answer): refused with a clear error.  Citus cannot plan the batch's
- * INSERT ... SELECT over the keys (a lateral subquery with LIMIT over a
- * table function), and a batch spread over shards would not wait in the
- * sorted key order that keeps batches free of deadlocks.
- */
-void
-idem_refuse_citus_records(bool records_citus, const char *fname)
-{
-	if (records_citus)
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("%s: not supported while idem_records is a Citus table", fname),
-				 errdetail("Citus cannot run the batch's INSERT ... SELECT over the keys, and a batch spread over shards would not take its keys in the order that keeps batches free of deadlocks."),
-				 errhint("Call idem_claim for each key in ascending key order (COLLATE \"C\") inside one transaction.")));
 }
 
 /*

@@ -71,14 +71,14 @@ static IdemQuery q_claim_insert = {
 	" (scope, key, status, fingerprint, created_at, updated_at, expires_at)"
 	" VALUES ($1, $2, 'claimed', $3, $4, $4, $5)"
 	" ON CONFLICT (scope, key) DO NOTHING",
-	5, {TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
+	5, {TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID}, true
 };
 
 static IdemQuery q_claim_read = {
 	"SELECT r.status, r.fingerprint, r.created_at, r.expires_at, r.locked_until"
 	" FROM @extschema@.idem_records r"
 	" WHERE r.scope OPERATOR(pg_catalog.=) $1 AND r.key OPERATOR(pg_catalog.=) $2",
-	2, {TEXTOID, TEXTOID}
+	2, {TEXTOID, TEXTOID}, true
 };
 
 static IdemQuery q_claim_takeover = {
@@ -90,7 +90,7 @@ static IdemQuery q_claim_takeover = {
 	"                THEN 0 ELSE r.attempts END"
 	" WHERE r.scope OPERATOR(pg_catalog.=) $1 AND r.key OPERATOR(pg_catalog.=) $2"
 	" AND " IDEM_CLAIMABLE_SQL,
-	5, {TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
+	5, {TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID}, true
 };
 
 /* idem_claim's statements for idem_claim_spi. */
@@ -439,4 +439,21 @@ idem_claim_default_scope(PG_FUNCTION_ARGS)
 	text	   *scope = cstring_to_text("");
 
 	PG_RETURN_BOOL(claim_internal(fcinfo, scope, key, -1, -1));
+}
+
+/*
+ * The F_at twins of this file (sql/idempotency_shard.sql):
+ * F_at(shard_key "any", the arguments of F) is F for idem_records
+ * distributed by a shard key; shard_key is the record's distribution
+ * value.  Each fails as F does, and as idem_shard_call says (22004 NULL
+ * shard_key, 55000 records without a shard key, the conversion's error).
+ */
+
+PG_FUNCTION_INFO_V1(idem_claim_at);
+
+Datum
+idem_claim_at(PG_FUNCTION_ARGS)
+{
+	return idem_shard_call(fcinfo, idem_extension_schema(fcinfo), idem_claim,
+						   "idem_claim_at");
 }

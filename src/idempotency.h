@@ -9,6 +9,9 @@
  *	    idempotency.c    module load, four of the nine settings (the others
  *	                     are stats.c's and worker.c's), input validation
  *	                     shared by all
+ *	    shard.c          records with a shard key (co-location on Citus):
+ *	                     its type, the F_at twins' shim, the statements'
+ *	                     rewrite
  *	    query.c          prepared SPI plans per backend; idem_spi_connect;
  *	                     set-returning setup (idem_srf_begin)
  *	    claim.c          deciding one key: idem_claim, and the decision
@@ -42,11 +45,13 @@
  *	                     workers, and the settings idempotency.purge*
  *	  batch.c, lease.c, records.c, token.c and transition.c export only
  *	  SQL-callable functions, so they have no section below.
- *	  The call graph has no cycle: query.c and machine.c call no other
- *	  file; stats.c and worker.c call only query.c, so idempotency.c's
+ *	  The call graph has no cycle: shard.c and machine.c call no other
+ *	  file, query.c calls only shard.c; stats.c and worker.c call only query.c, so idempotency.c's
  *	  _PG_init may call their init functions;
  *	  claim.c calls direct.c, which calls direct_table.c and citus.c (both
- *	  call no other file), and batch.c and lease.c call claim.c; the
+ *	  call no other file), and batch.c and lease.c call claim.c; the files
+ *	  with F_at twins (claim.c, records.c, lease.c, token.c, batch.c) call
+ *	  shard.c; the
  *	  state machines form the chain machine.c <- machine_cache.c <-
  *	  transition.c -> guard.c, and guard_trigger.c -> guard_cache.c ->
  *	  machine_cache.c.
@@ -158,7 +163,10 @@ typedef struct IdemQuery
 	const char *sql;
 	int			nargs;
 	Oid			argtypes[IDEM_MAX_ARGS];
+	bool		keyed;			/* addresses one record by $1 scope, $2 key */
 	Oid			nsp;			/* schema the plan was prepared for */
+	Oid			shard_type;		/* keyed: the shard key's type it was
+								 * prepared for (shard.c), or InvalidOid */
 	SPIPlanPtr	plan;
 } IdemQuery;
 
@@ -171,6 +179,16 @@ extern void idem_spi_connect(void);
 extern void idem_check_srf(FunctionCallInfo fcinfo, const char *fname);
 extern ReturnSetInfo *idem_srf_begin(FunctionCallInfo fcinfo, const char *fname,
 									 int natts);
+
+/*
+ * shard.c: records with a shard key (idem_distribute(shard_key => type));
+ * the F_at twins of the record functions.
+ */
+extern Oid	idem_shard_type(Oid nsp);
+extern bool idem_shard_current(Datum *value);
+extern Datum idem_shard_call(FunctionCallInfo fcinfo, Oid nsp, PGFunction target,
+							 const char *fname);
+extern char *idem_shard_rewrite(const char *sql, int param);
 
 /*
  * claim.c: deciding one key (idem_claim; the decision idem_claim_many and
@@ -311,7 +329,6 @@ extern bool idem_records_pk_is_scope_key(ResultRelInfo *rri);
  */
 extern bool idem_citus_table(Oid relid);
 extern bool idem_citus_shard_of(Relation rel, Oid logical);
-extern void idem_refuse_citus_records(bool records_citus, const char *fname);
 extern void idem_refuse_citus_worker_tokens(bool records_citus, const char *fname);
 extern void idem_refuse_citus_table(Oid relid, const char *table, const char *fname);
 

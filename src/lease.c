@@ -70,7 +70,7 @@ static IdemQuery q_begin_insert = {
 	" ON CONFLICT (scope, key) DO NOTHING"
 	" RETURNING r.token",
 	7, {TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
-	TIMESTAMPTZOID, INTERVALOID}
+	TIMESTAMPTZOID, INTERVALOID}, true
 };
 
 static IdemQuery q_begin_read = {
@@ -78,7 +78,7 @@ static IdemQuery q_begin_read = {
 	"       r.locked_until, r.result"
 	" FROM @extschema@.idem_records r"
 	" WHERE r.scope OPERATOR(pg_catalog.=) $1 AND r.key OPERATOR(pg_catalog.=) $2",
-	2, {TEXTOID, TEXTOID}
+	2, {TEXTOID, TEXTOID}, true
 };
 
 /*
@@ -105,7 +105,7 @@ static IdemQuery q_begin_read = {
 static IdemQuery q_begin_takeover = {
 	BEGIN_TAKEOVER_SQL("pg_catalog.nextval('@extschema@.idem_token_seq'::pg_catalog.regclass)"),
 	7, {TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
-	TIMESTAMPTZOID, INTERVALOID}
+	TIMESTAMPTZOID, INTERVALOID}, true
 };
 
 /*
@@ -117,7 +117,7 @@ static IdemQuery q_begin_takeover = {
 static IdemQuery q_begin_takeover_citus = {
 	BEGIN_TAKEOVER_SQL("$8"),
 	8, {TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
-	TIMESTAMPTZOID, INTERVALOID, INT8OID}
+	TIMESTAMPTZOID, INTERVALOID, INT8OID}, true
 };
 
 /*
@@ -146,14 +146,14 @@ static IdemQuery q_heartbeat = {
 	HOLDS_LEASE_SQL
 	" AND COALESCE($5, r.lease) IS NOT NULL"
 	" RETURNING r.locked_until",
-	5, {TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID, INTERVALOID}
+	5, {TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID, INTERVALOID}, true
 };
 
 static IdemQuery q_finish = {
 	"UPDATE @extschema@.idem_records r"
 	" SET status = 'completed', result = $5, locked_until = NULL, updated_at = $4"
 	HOLDS_LEASE_SQL,
-	5, {TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID, JSONBOID}
+	5, {TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID, JSONBOID}, true
 };
 
 static IdemQuery q_fail = {
@@ -163,14 +163,14 @@ static IdemQuery q_fail = {
 	"             THEN 'retryable' ELSE 'failed' END,"
 	"     result = $5, locked_until = NULL, updated_at = $4"
 	HOLDS_LEASE_SQL,
-	7, {TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID, JSONBOID, BOOLOID, INT4OID}
+	7, {TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID, JSONBOID, BOOLOID, INT4OID}, true
 };
 
 static IdemQuery q_lease_state = {
 	"SELECT r.status, r.token, r.expires_at OPERATOR(pg_catalog.>) $3, r.lease IS NULL"
 	" FROM @extschema@.idem_records r"
 	" WHERE r.scope OPERATOR(pg_catalog.=) $1 AND r.key OPERATOR(pg_catalog.=) $2",
-	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}
+	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}, true
 };
 
 static IdemQuery q_await_read = {
@@ -181,7 +181,7 @@ static IdemQuery q_await_read = {
 	" FROM @extschema@.idem_records r"
 	" WHERE r.scope OPERATOR(pg_catalog.=) $1 AND r.key OPERATOR(pg_catalog.=) $2"
 	" AND r.expires_at OPERATOR(pg_catalog.>) $3",
-	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}
+	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}, true
 };
 
 static inline Datum
@@ -609,4 +609,57 @@ idem_await(PG_FUNCTION_ARGS)
 	if (isnull)
 		PG_RETURN_NULL();
 	PG_RETURN_DATUM(result);
+}
+
+/*
+ * The F_at twins of this file (sql/idempotency_shard.sql):
+ * F_at(shard_key "any", the arguments of F) is F for idem_records
+ * distributed by a shard key; shard_key is the record's distribution
+ * value.  Each fails as F does, and as idem_shard_call says (22004 NULL
+ * shard_key, 55000 records without a shard key, the conversion's error).
+ */
+
+PG_FUNCTION_INFO_V1(idem_begin_at);
+
+Datum
+idem_begin_at(PG_FUNCTION_ARGS)
+{
+	return idem_shard_call(fcinfo, idem_extension_schema(fcinfo), idem_begin,
+						   "idem_begin_at");
+}
+
+PG_FUNCTION_INFO_V1(idem_heartbeat_at);
+
+Datum
+idem_heartbeat_at(PG_FUNCTION_ARGS)
+{
+	return idem_shard_call(fcinfo, idem_extension_schema(fcinfo), idem_heartbeat,
+						   "idem_heartbeat_at");
+}
+
+PG_FUNCTION_INFO_V1(idem_finish_at);
+
+Datum
+idem_finish_at(PG_FUNCTION_ARGS)
+{
+	return idem_shard_call(fcinfo, idem_extension_schema(fcinfo), idem_finish,
+						   "idem_finish_at");
+}
+
+PG_FUNCTION_INFO_V1(idem_fail_at);
+
+Datum
+idem_fail_at(PG_FUNCTION_ARGS)
+{
+	return idem_shard_call(fcinfo, idem_extension_schema(fcinfo), idem_fail,
+						   "idem_fail_at");
+}
+
+PG_FUNCTION_INFO_V1(idem_await_at);
+
+Datum
+idem_await_at(PG_FUNCTION_ARGS)
+{
+	return idem_shard_call(fcinfo, idem_extension_schema(fcinfo), idem_await,
+						   "idem_await_at");
 }

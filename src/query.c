@@ -8,7 +8,14 @@
  *	  result (idem_check_srf, idem_srf_begin: InitMaterializedSRF, whose
  *	  tuplestore and descriptor live in the query's per-query context, so
  *	  rows built in SPI's memory are copied into it).  Calls no other file
- *	  of src/.
+ *	  of src/ but shard.c.
+ *
+ *	  Shard keys: a keyed statement (one that addresses one record by $1
+ *	  scope and $2 key) is prepared from idem_shard_rewrite's text while
+ *	  idem_records has a shard_key column (shard.c), with the key as one
+ *	  more parameter, and the plan remembers the key's type; it is prepared
+ *	  again when the column comes or goes.  Executing it passes the F_at
+ *	  call's current shard key, or fails with 55000 when there is none.
  *
  *	  Why: idem_claim and friends run once per business transaction, so
  *	  they must not parse, analyse or plan SQL, nor scan catalogs, on every
@@ -154,8 +161,11 @@ idem_query_plan(IdemQuery *q, Oid nsp)
 {
 	SPIPlanPtr	plan;
 	char	   *sql;
+	Oid			shard_type = q->keyed ? idem_shard_type(nsp) : InvalidOid;
+	Oid			argtypes[IDEM_MAX_ARGS + 1];
+	int			nargs = q->nargs;
 
-	if (q->plan != NULL && q->nsp == nsp)
+	if (q->plan != NULL && q->nsp == nsp && q->shard_type == shard_type)
 		return q->plan;
 
 	if (q->plan != NULL)
@@ -165,7 +175,13 @@ idem_query_plan(IdemQuery *q, Oid nsp)
 	}
 
 	sql = expand_query(q->sql, nsp);
-	plan = SPI_prepare(sql, q->nargs, q->argtypes);
+	memcpy(argtypes, q->argtypes, sizeof(q->argtypes));
+	if (OidIsValid(shard_type))
+	{
+		sql = idem_shard_rewrite(sql, nargs + 1);
+		argtypes[nargs++] = shard_type;
+	}
+	plan = SPI_prepare(sql, nargs, argtypes);
 	if (plan == NULL)
 		elog(ERROR, "SPI_prepare failed for \"%s\": %s",
 			 sql, SPI_result_code_string(SPI_result));
@@ -183,6 +199,7 @@ idem_query_plan(IdemQuery *q, Oid nsp)
 
 	q->plan = plan;
 	q->nsp = nsp;
+	q->shard_type = shard_type;
 	return plan;
 }
 
@@ -207,17 +224,13 @@ rethrow_permission_error(ErrorData *edata, const char *sql)
 }
 
 /*
- * Execute q with the given arguments; returns SPI_processed.  Errors from
- * the statement (lock timeouts, serialization failures, constraint
- * violations) propagate unchanged, but for a permission error on the
- * extension's own objects, which gets a hint naming idem_grant.  A
- * negative SPI result code is a bug.
+ * Run plan, prepared for q, with the given arguments; the error handling of
+ * idem_query_exec.
  */
-int
-idem_query_exec(IdemQuery *q, Oid nsp, Datum *values, const char *nulls,
-				bool read_only, long count)
+static int
+query_run(IdemQuery *q, SPIPlanPtr plan, Datum *values, const char *nulls,
+		  bool read_only, long count)
 {
-	SPIPlanPtr	plan = idem_query_plan(q, nsp);
 	MemoryContext cxt = CurrentMemoryContext;
 	int			rc = 0;
 
@@ -245,6 +258,43 @@ idem_query_exec(IdemQuery *q, Oid nsp, Datum *values, const char *nulls,
 	if (rc < 0)
 		elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(rc));
 	return (int) SPI_processed;
+}
+
+/*
+ * Execute q with the given arguments; returns SPI_processed.  Errors from
+ * the statement (lock timeouts, serialization failures, constraint
+ * violations) propagate unchanged, but for a permission error on the
+ * extension's own objects, which gets a hint naming idem_grant.  A keyed
+ * statement on records with a shard key gets the current shard key as its
+ * last argument, or fails with 55000 outside an F_at call.  A negative
+ * SPI result code is a bug.
+ */
+int
+idem_query_exec(IdemQuery *q, Oid nsp, Datum *values, const char *nulls,
+				bool read_only, long count)
+{
+	SPIPlanPtr	plan = idem_query_plan(q, nsp);
+	Datum		shard_values[IDEM_MAX_ARGS + 1];
+	char		shard_nulls[IDEM_MAX_ARGS + 1];
+	Datum		key;
+
+	if (!OidIsValid(q->shard_type))
+		return query_run(q, plan, values, nulls, read_only, count);
+
+	if (!idem_shard_current(&key))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("idem_records is distributed by a shard key"),
+				 errdetail("idem_distribute(shard_key => ...) made (shard_key, scope, key) the identity of a record, so every call must say which shard key its key belongs to."),
+				 errhint("Call the function's _at twin with the shard key first, for example idem_claim_at(customer_id, scope, key).")));
+	memcpy(shard_values, values, q->nargs * sizeof(Datum));
+	shard_values[q->nargs] = key;
+	if (nulls != NULL)
+		memcpy(shard_nulls, nulls, q->nargs);
+	else
+		memset(shard_nulls, ' ', q->nargs);
+	shard_nulls[q->nargs] = ' ';
+	return query_run(q, plan, shard_values, shard_nulls, read_only, count);
 }
 
 /*

@@ -50,14 +50,14 @@ static IdemQuery q_complete = {
 	" WHERE r.scope OPERATOR(pg_catalog.=) $1 AND r.key OPERATOR(pg_catalog.=) $2"
 	" AND r.expires_at OPERATOR(pg_catalog.>) $4"
 	" AND r.status OPERATOR(pg_catalog.=) 'claimed'",
-	4, {TEXTOID, TEXTOID, JSONBOID, TIMESTAMPTZOID}
+	4, {TEXTOID, TEXTOID, JSONBOID, TIMESTAMPTZOID}, true
 };
 
 static IdemQuery q_status = {
 	"SELECT r.status, r.expires_at OPERATOR(pg_catalog.>) $3"
 	" FROM @extschema@.idem_records r"
 	" WHERE r.scope OPERATOR(pg_catalog.=) $1 AND r.key OPERATOR(pg_catalog.=) $2",
-	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}
+	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}, true
 };
 
 static IdemQuery q_lookup = {
@@ -67,7 +67,7 @@ static IdemQuery q_lookup = {
 	" FROM @extschema@.idem_records r"
 	" WHERE r.scope OPERATOR(pg_catalog.=) $1 AND r.key OPERATOR(pg_catalog.=) $2"
 	" AND r.expires_at OPERATOR(pg_catalog.>) $3",
-	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}
+	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}, true
 };
 
 static IdemQuery q_release = {
@@ -77,7 +77,7 @@ static IdemQuery q_release = {
 	"          AND r.locked_until OPERATOR(pg_catalog.>) $3"
 	"          AND r.expires_at OPERATOR(pg_catalog.>) $3)"
 	" RETURNING r.expires_at OPERATOR(pg_catalog.>) $3",
-	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}
+	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}, true
 };
 
 static IdemQuery q_leased = {
@@ -86,7 +86,7 @@ static IdemQuery q_leased = {
 	" AND r.status OPERATOR(pg_catalog.=) 'in_progress'"
 	" AND r.locked_until OPERATOR(pg_catalog.>) $3"
 	" AND r.expires_at OPERATOR(pg_catalog.>) $3",
-	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}
+	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}, true
 };
 
 static IdemQuery q_purge = {
@@ -114,6 +114,19 @@ static IdemQuery q_purge_citus = {
 	"   WHERE c.expires_at OPERATOR(pg_catalog.<=) $1"
 	"   ORDER BY c.expires_at LIMIT $2) b"
 	" WHERE r.key OPERATOR(pg_catalog.=) b.key AND r.scope OPERATOR(pg_catalog.=) b.scope"
+	" AND r.expires_at OPERATOR(pg_catalog.<=) $1"
+	" RETURNING r.scope",
+	2, {TIMESTAMPTZOID, INT4OID}
+};
+
+/* The same with a shard key (shard.c): Citus joins shards by it. */
+static IdemQuery q_purge_citus_shard = {
+	"DELETE FROM @extschema@.idem_records r"
+	" USING (SELECT c.shard_key, c.scope, c.key FROM @extschema@.idem_records c"
+	"   WHERE c.expires_at OPERATOR(pg_catalog.<=) $1"
+	"   ORDER BY c.expires_at LIMIT $2) b"
+	" WHERE r.shard_key OPERATOR(pg_catalog.=) b.shard_key"
+	" AND r.key OPERATOR(pg_catalog.=) b.key AND r.scope OPERATOR(pg_catalog.=) b.scope"
 	" AND r.expires_at OPERATOR(pg_catalog.<=) $1"
 	" RETURNING r.scope",
 	2, {TIMESTAMPTZOID, INT4OID}
@@ -332,7 +345,9 @@ idem_purge(PG_FUNCTION_ARGS)
 	values[1] = Int32GetDatum(batch);
 
 	idem_spi_connect();
-	n = idem_query_exec(idem_records_citus(nsp) ? &q_purge_citus : &q_purge,
+	n = idem_query_exec(!idem_records_citus(nsp) ? &q_purge :
+						OidIsValid(idem_shard_type(nsp)) ? &q_purge_citus_shard :
+						&q_purge_citus,
 						nsp, values, NULL, false, 0);
 	idem_stats_count_rows(IDEM_STAT_PURGED);
 	SPI_finish();
@@ -385,4 +400,39 @@ idem_summary(PG_FUNCTION_ARGS)
 	SPI_finish();
 
 	return (Datum) 0;
+}
+
+/*
+ * The F_at twins of this file (sql/idempotency_shard.sql):
+ * F_at(shard_key "any", the arguments of F) is F for idem_records
+ * distributed by a shard key; shard_key is the record's distribution
+ * value.  Each fails as F does, and as idem_shard_call says (22004 NULL
+ * shard_key, 55000 records without a shard key, the conversion's error).
+ */
+
+PG_FUNCTION_INFO_V1(idem_complete_at);
+
+Datum
+idem_complete_at(PG_FUNCTION_ARGS)
+{
+	return idem_shard_call(fcinfo, idem_extension_schema(fcinfo), idem_complete,
+						   "idem_complete_at");
+}
+
+PG_FUNCTION_INFO_V1(idem_lookup_at);
+
+Datum
+idem_lookup_at(PG_FUNCTION_ARGS)
+{
+	return idem_shard_call(fcinfo, idem_extension_schema(fcinfo), idem_lookup,
+						   "idem_lookup_at");
+}
+
+PG_FUNCTION_INFO_V1(idem_release_at);
+
+Datum
+idem_release_at(PG_FUNCTION_ARGS)
+{
+	return idem_shard_call(fcinfo, idem_extension_schema(fcinfo), idem_release,
+						   "idem_release_at");
 }

@@ -37,7 +37,7 @@ like($err, qr/55000: idem_distribute: the citus extension is not installed in th
 like($err, qr/HINT:  Add citus to shared_preload_libraries/, 'and a hint');
 $coord->safe_psql('plain', 'CREATE ROLE app LOGIN');
 is( $coord->safe_psql('plain',
-		"SELECT has_function_privilege('app', 'idem_distribute()', 'EXECUTE')"),
+		"SELECT has_function_privilege('app', 'idem_distribute(regtype, regclass)', 'EXECUTE')"),
 	'f', 'idem_distribute is not executable by PUBLIC');
 
 # A definition made before distributing is copied to every worker.
@@ -267,40 +267,39 @@ is($completed, $records, 'every record is completed');
 is($unmatched, '0', 'records and ledger rows are the same keys');
 
 # ------------------------------------------------ idem_claim_many
-# Citus cannot plan the batch's INSERT ... SELECT ("cannot push down this
-# subquery"): refused up front with a clear error, nothing written.
+# On distributed records the batch claims its keys one by one, in sorted
+# order, each routed to its shard; the answer is that of one node.
 my ($m1, $m2) = keys_on_two_workers('m');
-($ret, $out, $err) = $coord->psql('postgres',
-	"\\set VERBOSITY verbose\nSELECT * FROM idem_claim_many('many', ARRAY['$m2', '$m1'])");
-isnt($ret, 0, 'idem_claim_many on distributed records fails');
-like($err, qr/0A000: idem_claim_many: not supported while idem_records is a Citus table/,
-	'with 0A000 and a clear message');
-like($err, qr/HINT:  Call idem_claim for each key in ascending key order/, 'and a hint');
-is(cq("SELECT count(*) FROM idem_records WHERE scope = 'many'"), '0', 'nothing was written');
+is( cq("SELECT string_agg(key || ':' || claimed, ',') FROM idem_claim_many('many0', ARRAY['$m2', '$m1', '$m2'])"),
+	"$m2:true,$m1:true,$m2:false", 'idem_claim_many over two workers: one row per element, in array order');
+is( cq("SELECT string_agg(key || ':' || claimed, ',') FROM idem_claim_many('many0', ARRAY['$m1', 'mx'])"),
+	"$m1:false,mx:true", 'a second batch: the claimed key is a duplicate');
+is(shard_rows('idem_records', shard_of($m2), "scope = 'many0' AND key = '$m2'"), '1',
+	"each record is in its key's shard");
 
-# The documented replacement: one idem_claim per key, in ascending order,
-# in one transaction.  Two such sessions over keys on two workers, both
-# queued behind a third that holds the smallest key: no deadlock, each key
-# claimed once.
+# Two batches over keys on two workers, in opposite array orders, both
+# queued behind a third session that holds the smallest key: no deadlock,
+# and exactly one batch claims both keys.
 my $holder = $coord->background_psql('postgres');
 $holder->query_safe("BEGIN; SELECT idem_claim('many', '$m1');");
 my @sessions;
+my %order = (s1 => "'$m1', '$m2'", s2 => "'$m2', '$m1'");
 for my $s (qw(s1 s2))
 {
 	my $b = $coord->background_psql('postgres');
 	$b->query_until(qr/waiting/,
-		"\\echo waiting\nBEGIN; SELECT '$s:' || idem_claim('many', '$m1') || idem_claim('many', '$m2'); COMMIT;\n");
+		"\\echo waiting\nBEGIN; SELECT '$s:' || string_agg(claimed::text, '' ORDER BY key) FROM idem_claim_many('many', ARRAY[$order{$s}]); COMMIT;\n");
 	push @sessions, $b;
 }
 ok( node_of(shard_of($m1))->poll_query_until('postgres',
 		"SELECT count(*) = 2 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%idem_records%'"),
-	'both sessions wait for the smallest key');
+	'both batches wait for the smallest key');
 $holder->query_safe('ROLLBACK;');
 my $both = join ' ', map { $_->query_safe("SELECT 'done'") } @sessions;
-like($both, qr/s1:(truetrue|falsefalse)/, 'session 1 claimed both keys or none');
-like($both, qr/s2:(truetrue|falsefalse)/, 'session 2 claimed both keys or none');
+like($both, qr/s1:(truetrue|falsefalse)/, 'batch 1 claimed both keys or none');
+like($both, qr/s2:(truetrue|falsefalse)/, 'batch 2 claimed both keys or none');
 my @claimed = ($both =~ /:truetrue/g);
-is(scalar @claimed, 1, 'exactly one session claimed them');
+is(scalar @claimed, 1, 'exactly one batch claimed them');
 is(cq("SELECT count(*) FROM idem_records WHERE scope = 'many'"), '2', 'two records');
 $_->quit for ($holder, @sessions);
 

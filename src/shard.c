@@ -1,0 +1,250 @@
+/*-------------------------------------------------------------------------
+ *
+ * shard.c
+ *	  Records with a shard key, for co-location on Citus (docs/citus.md,
+ *	  "Co-location by a business key").  idem_distribute(shard_key =>
+ *	  type) adds a column shard_key of the user's type to idem_records,
+ *	  makes (shard_key, scope, key) its primary key and distributes it by
+ *	  shard_key, so the records of a customer sit on the shard of that
+ *	  customer's rows.  Every function F(scope, key, ...) that addresses one
+ *	  record then has to be told the shard key: its twin F_at(shard_key,
+ *	  scope, key, ...) (sql/idempotency_shard.sql).
+ *
+ *	  This file holds the three pieces of that, and calls no other file of
+ *	  src/:
+ *	  - idem_shard_type: the type of idem_records.shard_key in a schema, or
+ *	    InvalidOid when the column does not exist (the usual case, and the
+ *	    only one without Citus).  One cached answer; a relcache callback
+ *	    forgets it whenever any relation changes (ALTER TABLE ... ADD
+ *	    COLUMN sends one), so the next call looks again.
+ *	  - idem_shard_call: the body of every F_at.  It converts its first
+ *	    argument to the column's type, makes it the current shard key, and
+ *	    calls F's C function with the remaining arguments (the same flinfo,
+ *	    so the same schema, result type and set-returning context), then
+ *	    restores the previous current key, also on error.
+ *	  - idem_shard_rewrite: the text of a statement that addresses one
+ *	    record by ($1 scope, $2 key), with the shard key added as one more
+ *	    parameter: in the WHERE clause, the INSERT column list and VALUES,
+ *	    and the ON CONFLICT arbiter.  query.c prepares that text instead
+ *	    of the statement's own while idem_records has the column, and
+ *	    passes idem_shard_current's value as the extra parameter; a call
+ *	    without a current shard key fails there with 55000, naming the
+ *	    twin to call.
+ *
+ *	  Memory: the converted key lives in the caller's memory context for
+ *	  the duration of the call; nothing else is allocated beyond the
+ *	  rewritten text (caller's context).  No locks: the catalog look-ups
+ *	  are syscache probes.  Visibility: that of the catalogs at the time of
+ *	  the probe; a concurrent ALTER TABLE is seen once it commits and its
+ *	  invalidation arrives.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "fmgr.h"
+#include "lib/stringinfo.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+
+#include "idempotency.h"
+
+/* The answer of idem_shard_type, for one schema. */
+static bool shard_cache_valid = false;
+static Oid	shard_cache_nsp = InvalidOid;
+static Oid	shard_cache_type = InvalidOid;
+static bool shard_callback_registered = false;
+
+/* The shard key of the F_at call running now, if any. */
+static bool shard_current_set = false;
+static Datum shard_current_value = (Datum) 0;
+
+static void
+shard_cache_reset(Datum arg, Oid relid)
+{
+	shard_cache_valid = false;
+}
+
+/*
+ * The type of idem_records.shard_key in schema nsp, or InvalidOid when
+ * idem_records has no such column.
+ */
+Oid
+idem_shard_type(Oid nsp)
+{
+	Oid			relid;
+	Oid			type = InvalidOid;
+
+	if (shard_cache_valid && shard_cache_nsp == nsp)
+		return shard_cache_type;
+
+	if (!shard_callback_registered)
+	{
+		CacheRegisterRelcacheCallback(shard_cache_reset, (Datum) 0);
+		shard_callback_registered = true;
+	}
+
+	relid = get_relname_relid("idem_records", nsp);
+	if (OidIsValid(relid))
+	{
+		AttrNumber	attnum = get_attnum(relid, "shard_key");
+
+		if (attnum != InvalidAttrNumber)
+			type = get_atttype(relid, attnum);
+	}
+	shard_cache_nsp = nsp;
+	shard_cache_type = type;
+	shard_cache_valid = true;
+	return type;
+}
+
+/* The current shard key: false when no F_at call is running. */
+bool
+idem_shard_current(Datum *value)
+{
+	*value = shard_current_value;
+	return shard_current_set;
+}
+
+/* Argument 0 of fcinfo as a value of type coltype. */
+static Datum
+shard_convert(FunctionCallInfo fcinfo, Oid coltype, const char *fname)
+{
+	Oid			argtype = get_fn_expr_argtype(fcinfo->flinfo, 0);
+	char	   *str;
+	Oid			input;
+	Oid			ioparam;
+
+	if (!OidIsValid(argtype))
+		elog(ERROR, "%s: could not determine the type of shard_key", fname);
+	if (argtype == coltype)
+		return PG_GETARG_DATUM(0);
+
+	if (argtype == UNKNOWNOID)
+		str = DatumGetCString(PG_GETARG_DATUM(0));
+	else
+	{
+		Oid			output;
+		bool		varlena;
+
+		getTypeOutputInfo(argtype, &output, &varlena);
+		str = OidOutputFunctionCall(output, PG_GETARG_DATUM(0));
+	}
+	getTypeInputInfo(coltype, &input, &ioparam);
+	return OidInputFunctionCall(input, str, ioparam, -1);
+}
+
+/*
+ * The body of F_at(shard_key "any", args of F...): call target (F's C
+ * function) with args, shard_key being the current shard key meanwhile.
+ * nsp is the extension's schema.  Fails with 22004 (shard_key NULL),
+ * 55000 (idem_records has no shard_key column), the conversion's error
+ * (22P02 and the like) for a value the column's type refuses, and F's
+ * errors.
+ */
+Datum
+idem_shard_call(FunctionCallInfo fcinfo, Oid nsp, PGFunction target,
+				const char *fname)
+{
+	LOCAL_FCINFO(inner, FUNC_MAX_ARGS);
+	Oid			coltype = idem_shard_type(nsp);
+	bool		saved_set = shard_current_set;
+	Datum		saved_value = shard_current_value;
+	Datum		result;
+	int			i;
+
+	if (!OidIsValid(coltype))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("%s: idem_records has no shard key", fname),
+				 errdetail("The _at functions are for idem_records distributed by a shard key; these records are keyed by (scope, key) alone."),
+				 errhint("Call the function without _at and without the shard key, or distribute the records with idem_distribute(shard_key => 'type'); see docs/citus.md.")));
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s: shard_key must not be null", fname),
+				 errhint("Pass the distribution value of the row the key protects, for example the customer id.")));
+
+	InitFunctionCallInfoData(*inner, fcinfo->flinfo, fcinfo->nargs - 1,
+							 fcinfo->fncollation, fcinfo->context,
+							 fcinfo->resultinfo);
+	for (i = 1; i < fcinfo->nargs; i++)
+		inner->args[i - 1] = fcinfo->args[i];
+
+	shard_current_value = shard_convert(fcinfo, coltype, fname);
+	shard_current_set = true;
+	PG_TRY();
+	{
+		result = target(inner);
+	}
+	PG_FINALLY();
+	{
+		shard_current_set = saved_set;
+		shard_current_value = saved_value;
+	}
+	PG_END_TRY();
+
+	fcinfo->isnull = inner->isnull;
+	return result;
+}
+
+/* buf gets src with every "from" replaced by "to"; the number replaced. */
+static int
+shard_replace(StringInfo buf, const char *src, const char *from, const char *to)
+{
+	size_t		flen = strlen(from);
+	const char *p = src;
+	const char *hit;
+	int			n = 0;
+
+	resetStringInfo(buf);
+	while ((hit = strstr(p, from)) != NULL)
+	{
+		appendBinaryStringInfo(buf, p, hit - p);
+		appendStringInfoString(buf, to);
+		p = hit + flen;
+		n++;
+	}
+	appendStringInfoString(buf, p);
+	return n;
+}
+
+/*
+ * The text of sql, a statement addressing one record by $1 scope and $2
+ * key, with the shard key as parameter $param added wherever the record
+ * is addressed.  A statement with nothing to rewrite is a bug.
+ */
+char *
+idem_shard_rewrite(const char *sql, int param)
+{
+	static const char *const where_from =
+		"r.scope OPERATOR(pg_catalog.=) $1 AND r.key OPERATOR(pg_catalog.=) $2";
+	char	   *where_to = psprintf("r.shard_key OPERATOR(pg_catalog.=) $%d AND %s",
+									param, where_from);
+	char	   *values_to = psprintf("VALUES ($%d, $1, $2, ", param);
+	const char *const from[] = {where_from, " (scope, key, ", "VALUES ($1, $2, ",
+	"ON CONFLICT (scope, key)"};
+	const char *const to[] = {where_to, " (shard_key, scope, key, ", values_to,
+	"ON CONFLICT (shard_key, scope, key)"};
+	StringInfoData a;
+	StringInfoData b;
+	int			n = 0;
+	int			i;
+
+	initStringInfo(&a);
+	initStringInfo(&b);
+	appendStringInfoString(&a, sql);
+	for (i = 0; i < lengthof(from); i++)
+	{
+		n += shard_replace(&b, a.data, from[i], to[i]);
+		resetStringInfo(&a);
+		appendStringInfoString(&a, b.data);
+	}
+	if (n == 0)
+		elog(ERROR, "statement addresses no record by scope and key: %s", sql);
+	pfree(b.data);
+	pfree(where_to);
+	pfree(values_to);
+	return a.data;
+}

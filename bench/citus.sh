@@ -1,5 +1,5 @@
-# Sourced by bench/run.sh (not run on its own): the Citus pairs "citus"
-# and "citus_dup".  They run on a cluster of their own, started here the
+# Sourced by bench/run.sh (not run on its own): the Citus pairs "citus",
+# "citus_dup", "citus_at" and "citus_at_dup".  They run on a cluster of their own, started here the
 # first time a Citus pair runs: a coordinator and two workers on this
 # machine (three servers of the private installation, on local TCP ports),
 # each with shared_preload_libraries = 'citus' (and idempotency with
@@ -8,7 +8,13 @@
 # idem_distribute() distributes idem_records, and the hand-written
 # baseline bench_claims (bench/schema.sql) is distributed by the same
 # column, co-located with it: the same columns, the same distribution, the
-# same shards.  pgbench connects to the coordinator.
+# same shards.  In database bench_at, idem_distribute(shard_key =>
+# 'bigint') gives idem_records a bigint shard_key and distributes it by
+# that (the co-location of docs/citus.md), and bench_claims is made LIKE
+# idem_records (its columns, defaults, NOT NULLs; its primary key, no
+# CHECK, no other index) and distributed by shard_key, co-located: the
+# pairs citus_at* compare idem_claim_at(shard_key, ...) with the INSERT
+# that writes the same row.  pgbench connects to the coordinator.
 #
 # While a Citus pair runs, citus_enter points run.sh's cluster variables
 # (IDEM_PGHOST, IDEM_PGPORT, IDEM_PGDATA) at the coordinator and
@@ -19,7 +25,9 @@
 CITUS_NODES=()      # "datadir sockdir port" of the coordinator, then the workers
 CITUS_STATE=        # "" (not started), up, or "missing" (citus.so not installed)
 
-citus_pair() { case $1 in citus|citus_dup) return 0;; esac; return 1; }
+CITUS_AT=           # "" or "missing" (no idem_claim_at in this tree)
+
+citus_pair() { case $1 in citus|citus_dup|citus_at|citus_at_dup) return 0;; esac; return 1; }
 
 citus_installed() { # citus.so in the private copy of pkglibdir
     [ -f "$WORK/pg$("$IDEM_PG_CONFIG" --pkglibdir)/citus.so" ]
@@ -29,8 +37,10 @@ citus_node_psql() { # index sql...
     local d s p
     read -r d s p <<<"${CITUS_NODES[$1]}"
     shift
-    idem_as_pg psql -X -q -v ON_ERROR_STOP=1 -At -h "$s" -p "$p" -U postgres -d bench "$@"
+    idem_as_pg psql -X -q -v ON_ERROR_STOP=1 -At -h "$s" -p "$p" -U postgres -d "${CITUS_DB:-bench}" "$@"
 }
+
+citus_at_psql() { CITUS_DB=bench_at citus_node_psql 0 "$@"; }
 
 citus_all() { # sql: run on every node
     local i
@@ -54,20 +64,27 @@ citus_start_node() { # name
         || { cat "$dir.log" >&2; return 1; }
     CITUS_NODES+=("$dir/data $dir/sock $port")
     idem_as_pg psql -X -q -v ON_ERROR_STOP=1 -h "$dir/sock" -p "$port" -U postgres -d postgres \
-        -c "CREATE DATABASE bench" >/dev/null &&
-    citus_node_psql $((${#CITUS_NODES[@]} - 1)) -c "CREATE EXTENSION citus" -c "CREATE EXTENSION idempotency" >/dev/null
+        -c "CREATE DATABASE bench" -c "CREATE DATABASE bench_at" >/dev/null || return 1
+    local db
+    for db in bench bench_at; do
+        CITUS_DB=$db citus_node_psql $((${#CITUS_NODES[@]} - 1)) \
+            -c "CREATE EXTENSION citus" -c "CREATE EXTENSION idempotency" >/dev/null || return 1
+    done
 }
 
 citus_start() {
     log "starting the Citus cluster (a coordinator and two workers)"
     idem_as_pg mkdir -p "$WORK/citus"
     citus_start_node coord && citus_start_node worker1 && citus_start_node worker2 || return 1
-    local i d s p
-    read -r d s p <<<"${CITUS_NODES[0]}"
-    citus_node_psql 0 -c "SELECT citus_set_coordinator_host('127.0.0.1', $p)" >/dev/null || return 1
-    for i in 1 2; do
-        read -r d s p <<<"${CITUS_NODES[$i]}"
-        citus_node_psql 0 -c "SELECT citus_add_node('127.0.0.1', $p)" >/dev/null || return 1
+    local i d s p db
+    # Citus's metadata is per database: both join the nodes.
+    for db in bench bench_at; do
+        read -r d s p <<<"${CITUS_NODES[0]}"
+        CITUS_DB=$db citus_node_psql 0 -c "SELECT citus_set_coordinator_host('127.0.0.1', $p)" >/dev/null || return 1
+        for i in 1 2; do
+            read -r d s p <<<"${CITUS_NODES[$i]}"
+            CITUS_DB=$db citus_node_psql 0 -c "SELECT citus_add_node('127.0.0.1', $p)" >/dev/null || return 1
+        done
     done
     # The baseline: bench/schema.sql's bench_claims, distributed by the
     # distribution column of idem_records and co-located with it.
@@ -77,6 +94,18 @@ citus_start() {
                   WHERE logicalrelid = 'idem_records'::regclass),
                 colocate_with => 'idem_records')" >/dev/null || return 1
     baseline_extras "citus_node_psql 0"
+    if [ "$(CITUS_DB=bench_at citus_node_psql 0 -c "SELECT to_regprocedure('idem_claim_at(\"any\",text,text,interval,text)') IS NOT NULL")" = t ]; then
+        CITUS_DB=bench_at citus_node_psql 0 -c "SELECT idem_distribute(shard_key => 'bigint')" \
+            -c "CREATE TABLE bench_claims (LIKE idem_records INCLUDING DEFAULTS)" \
+            -c "DO \$\$ BEGIN EXECUTE (SELECT format('ALTER TABLE bench_claims ADD CONSTRAINT bench_claims_pkey %s',
+                    pg_get_constraintdef(oid)) FROM pg_constraint
+                 WHERE conrelid = 'idem_records'::regclass AND contype = 'p'); END \$\$" \
+            -c "SELECT create_distributed_table('bench_claims', 'shard_key', colocate_with => 'idem_records')" \
+            >/dev/null || return 1
+        baseline_extras citus_at_psql
+    else
+        CITUS_AT=missing
+    fi
     CITUS_SHARDS=$(citus_node_psql 0 -c "SELECT count(*) FROM pg_dist_shard WHERE logicalrelid = 'idem_records'::regclass")
     CITUS_DIST=$(citus_node_psql 0 -c "SELECT column_to_column_name(logicalrelid, partkey) FROM pg_dist_partition WHERE logicalrelid = 'idem_records'::regclass")
     CITUS_VERSION=$(citus_node_psql 0 -c "SELECT extversion FROM pg_extension WHERE extname = 'citus'")
@@ -147,13 +176,15 @@ citus_wal_diff() { # "lsns before" "lsns after"
 # Loading the duplicates of citus_dup: keys 1..BENCH_DUP_ROWS in both
 # tables, as bench_load writes them (INSERT ... SELECT through the
 # coordinator: Citus spreads the rows over the shards).
-citus_load_dups() {
-    local t
-    q bench -c "TRUNCATE idem_records, bench_claims" >/dev/null || return 1
+# In bench_at, key i has shard_key i.
+citus_load_dups() { # database
+    local t db=$1 col="" val=""
+    [ "$db" = bench_at ] && col="shard_key, " val="i, "
+    q "$db" -c "TRUNCATE idem_records, bench_claims" >/dev/null || return 1
     for t in idem_records bench_claims; do
-        q bench -c "INSERT INTO $t (scope, key, status, created_at, updated_at, expires_at)
-                    SELECT 'bench', i::text, 'claimed', now(), now(), now() + interval '7 days'
+        q "$db" -c "INSERT INTO $t (${col}scope, key, status, created_at, updated_at, expires_at)
+                    SELECT ${val}'bench', i::text, 'claimed', now(), now(), now() + interval '7 days'
                       FROM generate_series(1, $BENCH_DUP_ROWS) AS i" >/dev/null || return 1
     done
-    citus_all "VACUUM ANALYZE"
+    CITUS_DB=$db citus_all "VACUUM ANALYZE"
 }

@@ -23,9 +23,10 @@
 #                      purge transition (default: all of them), plus the
 #                      optional scale_sql (the hand-written table at scale)
 #                      and batch_stmts (B as BENCH_BATCH_KEYS statements);
-#                      citus citus_dup: through a Citus coordinator, on a
-#                      3-node cluster of their own (bench/citus.sh; skipped
-#                      with one line when citus.so is not installed)
+#                      citus citus_dup citus_at: through a Citus
+#                      coordinator, on a 3-node cluster of their own
+#                      (bench/citus.sh; skipped with one line when citus.so
+#                      is not installed), plus the optional citus_at_dup
 #   BENCH_SYNC         synchronous_commit settings to run ["off on"]
 #   BENCH_SCALE_ROWS   live records for "scale" and bytes/record, loaded
 #                      when scale or scale_sql is among the pairs [10000000]
@@ -66,7 +67,7 @@ BENCH_SECONDS=${BENCH_SECONDS:-8}
 BENCH_ROUNDS=${BENCH_ROUNDS:-3}
 BENCH_CLIENTS=${BENCH_CLIENTS:-2}
 BENCH_WARMUP=${BENCH_WARMUP:-2}
-BENCH_PAIRS=${BENCH_PAIRS:-new dup business overhead batch scale purge transition citus citus_dup}
+BENCH_PAIRS=${BENCH_PAIRS:-new dup business overhead batch scale purge transition citus citus_dup citus_at}
 BENCH_SYNC=${BENCH_SYNC:-off on}
 BENCH_SCALE_ROWS=${BENCH_SCALE_ROWS:-10000000}
 BENCH_DUP_ROWS=${BENCH_DUP_ROWS:-100000}
@@ -94,7 +95,7 @@ done
 [ "$BENCH_ROUNDS" -ge 1 ] && [ "$BENCH_CLIENTS" -ge 1 ] && [ "$BENCH_SECONDS" -ge 1 ] \
     || idem_die "BENCH_ROUNDS, BENCH_CLIENTS and BENCH_SECONDS must be at least 1"
 for p in $BENCH_PAIRS; do
-    case $p in new|dup|business|overhead|batch|batch_stmts|scale|scale_sql|purge|transition|citus|citus_dup|none) ;;
+    case $p in new|dup|business|overhead|batch|batch_stmts|scale|scale_sql|purge|transition|citus|citus_dup|citus_at|citus_at_dup|none) ;;
         *) idem_die "unknown pair '$p' in BENCH_PAIRS";; esac
 done
 for s in $BENCH_SYNC; do
@@ -307,6 +308,7 @@ side_db() { # pair side
         purge/*) echo purge;;
         transition/*) echo orders;;
         citus/*|citus_dup/*) echo bench;;   # on the Citus coordinator
+        citus_at/*|citus_at_dup/*) echo bench_at;;
         *) echo bench;;
     esac
 }
@@ -330,6 +332,10 @@ side_script() { # pair side
         new/B|scale_sql/A|scale_sql/B|citus/B) echo new_insert.pgbench;;
         dup/A|citus_dup/A) echo dup_claim.pgbench;;
         dup/B|citus_dup/B) echo dup_insert.pgbench;;
+        citus_at/A) echo citus_at_claim.pgbench;;
+        citus_at/B) echo citus_at_insert.pgbench;;
+        citus_at_dup/A) echo citus_at_dup_claim.pgbench;;
+        citus_at_dup/B) echo citus_at_dup_insert.pgbench;;
         business/A|overhead/A) echo business_claim.pgbench;;
         overhead/B) echo business_plain.pgbench;;
         business/B) echo business_insert.pgbench;;
@@ -388,7 +394,14 @@ setup_pair() { # pair: once per pair and setting; returns 1 to skip the pair
             copy_template orders orders_tpl || return 2
             ;;
         citus_dup)
-            citus_load_dups || return 2
+            citus_load_dups bench || return 2
+            ;;
+        citus_at|citus_at_dup)
+            if [ "$CITUS_AT" = missing ]; then
+                SKIPPED+=("$1: skipped: function idem_claim_at(\"any\", text, text, interval, text) not installed")
+                return 1
+            fi
+            [ "$1" = citus_at ] || citus_load_dups bench_at || return 2
             ;;
         purge)
             log "preparing database purge_tpl ($BENCH_PURGE_ROWS expired records)"
@@ -423,7 +436,9 @@ prepare_run() { # pair side
             copy_template orders orders_tpl;;
         citus)
             q bench -c "TRUNCATE idem_records, bench_claims" >/dev/null;;
-        citus_dup) ;;
+        citus_at)
+            q bench_at -c "TRUNCATE idem_records, bench_claims" >/dev/null;;
+        citus_dup|citus_at_dup) ;;
     esac || return 2
     if citus_pair "$1"; then
         citus_all "CHECKPOINT"

@@ -60,6 +60,9 @@ citus_start_node() { # name
         "shared_buffers = $BENCH_CITUS_SHARED_BUFFERS" "max_wal_size = 8GB" "min_wal_size = 1GB" \
         "checkpoint_timeout = 1d" "autovacuum = off" "log_min_messages = warning" \
         | idem_as_pg tee -a "$dir/data/postgresql.conf" >/dev/null
+    # BENCH_CITUS_CONF: more lines for every node, separated by ';'.
+    [ -z "$BENCH_CITUS_CONF" ] || tr ';' '\n' <<<"$BENCH_CITUS_CONF" \
+        | idem_as_pg tee -a "$dir/data/postgresql.conf" >/dev/null
     idem_as_pg pg_ctl -D "$dir/data" -l "$dir.log" -w -t 60 start >/dev/null \
         || { cat "$dir.log" >&2; return 1; }
     CITUS_NODES+=("$dir/data $dir/sock $port")

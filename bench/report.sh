@@ -58,7 +58,7 @@ echo "machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -
 echo "runs: $BENCH_CLIENTS clients, ${BENCH_SECONDS} s each, $BENCH_ROUNDS rounds interleaved A,B,A,B,..., warm-up ${BENCH_WARMUP} s; medians; pgbench -M prepared"
 echo "baseline: bench_claims, PRIMARY KEY (scope, key) and the columns of idem_records$([ "$BENCH_BASELINE_CHECK" = 1 ] && echo ", and its CHECK on status (BENCH_BASELINE_CHECK=1)" || echo " (no CHECK; BENCH_BASELINE_CHECK=1 adds it)")$([ "$BENCH_BASELINE_INDEX" = 1 ] && echo ", and an index on expires_at (BENCH_BASELINE_INDEX=1)" || echo "; no index on expires_at (BENCH_BASELINE_INDEX=1 adds one)")"
 if [ "${CITUS_STATE:-}" = up ]; then
-    echo "citus: Citus $CITUS_VERSION, a coordinator and 2 workers on this machine (shared_buffers $BENCH_CITUS_SHARED_BUFFERS each), $CITUS_SHARDS shards of idem_records distributed by $CITUS_DIST (citus_at*: by a bigint shard_key), bench_claims co-located; pgbench connects to the coordinator; WAL/op and CPU of the citus pairs: all 3 servers"
+    echo "citus: Citus $CITUS_VERSION, a coordinator and 2 workers on this machine (shared_buffers $BENCH_CITUS_SHARED_BUFFERS each), $CITUS_SHARDS shards of idem_records distributed by $CITUS_DIST (citus_at*: by a bigint shard_key), bench_claims co-located; pgbench connects to the coordinator; WAL/op and CPU of the citus pairs: all 3 servers$([ -n "$BENCH_CITUS_CONF" ] && echo "; BENCH_CITUS_CONF: $BENCH_CITUS_CONF")"
 fi
 if [ -s "$RAW" ]; then
     awk -F '\t' '{ b += $8; if (min == "" || $9 < min) min = $9; if ($9 > max) max = $9; n++ }

@@ -41,6 +41,8 @@
 #   BENCH_ACCOUNTS     accounts of the "business" pair [100000]
 #   BENCH_SHARED_BUFFERS  [2GB]
 #   BENCH_CITUS_SHARED_BUFFERS  of each of the 3 Citus nodes [256MB]
+#   BENCH_CITUS_CONF   more postgresql.conf lines for the Citus nodes,
+#                      separated by ';' [none]
 #   BENCH_BASELINE_CHECK  1: give the hand-written table idem_records' CHECK
 #                      on status too [0: primary key and columns only]
 #   BENCH_BASELINE_INDEX  1: give the hand-written table an index on
@@ -79,6 +81,7 @@ BENCH_ORDERS=${BENCH_ORDERS:-1000000}
 BENCH_ACCOUNTS=${BENCH_ACCOUNTS:-100000}
 BENCH_SHARED_BUFFERS=${BENCH_SHARED_BUFFERS:-2GB}
 BENCH_CITUS_SHARED_BUFFERS=${BENCH_CITUS_SHARED_BUFFERS:-256MB}
+BENCH_CITUS_CONF=${BENCH_CITUS_CONF:-}
 BENCH_PRELOAD=${BENCH_PRELOAD:-0}
 BENCH_BASELINE_CHECK=${BENCH_BASELINE_CHECK:-0}
 BENCH_BASELINE_INDEX=${BENCH_BASELINE_INDEX:-0}

@@ -302,6 +302,8 @@ is(cq("SELECT count(*) FROM idem_records WHERE scope = 'rb' AND key LIKE 'l%' AN
 	'40', 'and are completed');
 is(cq("SELECT count(*) FROM ledger") . ':' . cq("SELECT count(*) FROM idem_records WHERE scope = 'bench'"),
 	"$credits:$records", 'the ledger and the records of the pgbench run are all still there');
+is( cq("SELECT records || ':' || completed FROM idem_summary() WHERE scope = 'rb'"),
+	'160:80', 'idem_summary on the coordinator counts the records of every shard, the moved ones too');
 is($w3->safe_psql('postgres', "SELECT idem_claim('rb', '$moved[0]')"), 'f',
 	'a claim on the new worker sees the moved record too');
 

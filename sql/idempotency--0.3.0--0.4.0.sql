@@ -75,7 +75,7 @@ COMMENT ON FUNCTION @extschema@.idem_revoke(pg_catalog.regrole) IS
 REVOKE ALL ON FUNCTION @extschema@.idem_grant(pg_catalog.regrole, pg_catalog.text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.idem_revoke(pg_catalog.regrole) FROM PUBLIC;
 
--- Citus: idem_distribute(shard_key, colocate_with) (sql/idempotency_citus.sql, docs/citus.md).
+-- Citus: idem_distribute(shard_key, colocate_with, delegate) (sql/idempotency_citus.sql, docs/citus.md).
 -- Make the extension's tables Citus tables: idem_records distributed, and
 -- idem_machines a reference table, copied to every node.
 --   shard_key NULL (the default): idem_records is distributed by key; a
@@ -91,6 +91,14 @@ REVOKE ALL ON FUNCTION @extschema@.idem_revoke(pg_catalog.regrole) FROM PUBLIC;
 --     distribution column must have the type of key or shard_key), as
 --     create_distributed_table's argument of that name; NULL: Citus's
 --     default group.
+--   delegate (records distributed by key only): make idem_claim a Citus
+--     distributed function, distributed by its key argument, so that a
+--     call outside a transaction block runs whole on the worker that holds
+--     the key's shard (where the fast path writes into the shard) instead
+--     of statement by statement from the coordinator.  Inside a
+--     transaction block Citus does not delegate, and the call runs on the
+--     coordinator as without it.  A delegated call uses the worker's
+--     idempotency.* settings (docs/citus.md).
 -- Run once on the coordinator, after CREATE EXTENSION citus and
 -- idempotency on every node and citus_add_node for the workers; calling it
 -- again with the same arguments does nothing.  The shard key column is
@@ -99,7 +107,8 @@ REVOKE ALL ON FUNCTION @extschema@.idem_revoke(pg_catalog.regrole) FROM PUBLIC;
 -- coordinator (docs/citus.md says why).  Not public.
 CREATE FUNCTION @extschema@.idem_distribute(
     shard_key pg_catalog.regtype DEFAULT NULL,
-    colocate_with pg_catalog.regclass DEFAULT NULL)
+    colocate_with pg_catalog.regclass DEFAULT NULL,
+    delegate pg_catalog.bool DEFAULT true)
 RETURNS pg_catalog.void
 LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
@@ -144,6 +153,14 @@ BEGIN
     ELSIF idem_distribute.shard_key IS NULL THEN
         PERFORM pg_catalog.create_distributed_table(records, 'key',
             colocate_with => COALESCE(idem_distribute.colocate_with::pg_catalog.text, 'default'));
+        IF idem_distribute.delegate THEN
+            PERFORM pg_catalog.create_distributed_function(
+                pg_catalog.format('%I.idem_claim(text,text,interval,text)', nsp)::pg_catalog.regprocedure,
+                '$2', colocate_with => records::pg_catalog.text);
+            PERFORM pg_catalog.create_distributed_function(
+                pg_catalog.format('%I.idem_claim(text)', nsp)::pg_catalog.regprocedure,
+                '$1', colocate_with => records::pg_catalog.text);
+        END IF;
     ELSE
         IF EXISTS (SELECT FROM @extschema@.idem_records) THEN
             RAISE EXCEPTION 'idem_distribute: idem_records is not empty'
@@ -188,10 +205,10 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION @extschema@.idem_distribute(pg_catalog.regtype, pg_catalog.regclass) IS
-    'Citus: distribute idem_records (by key, or by a shard key of the given type for co-location) and make idem_machines a reference table (docs/citus.md)';
+COMMENT ON FUNCTION @extschema@.idem_distribute(pg_catalog.regtype, pg_catalog.regclass, pg_catalog.bool) IS
+    'Citus: distribute idem_records (by key, or by a shard key of the given type for co-location), delegate idem_claim to the workers, and make idem_machines a reference table (docs/citus.md)';
 
-REVOKE ALL ON FUNCTION @extschema@.idem_distribute(pg_catalog.regtype, pg_catalog.regclass) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idem_distribute(pg_catalog.regtype, pg_catalog.regclass, pg_catalog.bool) FROM PUBLIC;
 
 --------------------------------------------------------------------------
 -- Records with a shard key (src/shard.c; docs/citus.md, "Co-location by

@@ -51,7 +51,9 @@
  *	  idem_records that Citus manages (a distributed, reference or Citus
  *	  local table: a row of pg_catalog.pg_dist_partition), whose local
  *	  relation is a shell without the data (the SPI path's SQL is routed
- *	  by Citus to the shard).
+ *	  by Citus to the shard) -- but for a single key on the node that
+ *	  holds its shard, where the fast path writes into the shard relation
+ *	  instead (citus_local.c says when and how that is safe).
  *
  *	  Permissions: every open runs the executor's own permission check for
  *	  INSERT and SELECT of the columns it writes and reads, so
@@ -119,6 +121,7 @@
 #include "idempotency.h"
 
 static bool records_is_citus(Relation rel);
+static IdemDirect *direct_open_rel(Oid nsp, Relation rel);
 
 /*
  * May the fast path write to rel?  Only when a plain INSERT by the current
@@ -291,6 +294,15 @@ struct IdemDirect
 	List	   *arbiters;		/* the primary key */
 };
 
+/* idem_records open for the fast path, or NULL when it is off. */
+static Relation
+direct_records(Oid nsp)
+{
+	if (!idem_direct_claim_enabled || IsolationUsesXactSnapshot())
+		return NULL;
+	return open_records(nsp);
+}
+
 /*
  * Open the fast path for claims in the extension's schema nsp: NULL when
  * it does not apply (see the header comment; nothing is left open then).
@@ -301,14 +313,8 @@ struct IdemDirect
 IdemDirect *
 idem_direct_open(Oid nsp)
 {
-	Relation	rel;
-	RangeTblEntry *rte;
-	IdemDirect *d;
+	Relation	rel = direct_records(nsp);
 
-	if (!idem_direct_claim_enabled || IsolationUsesXactSnapshot())
-		return NULL;
-
-	rel = open_records(nsp);
 	if (rel == NULL)
 		return NULL;
 	if (!direct_usable(rel))
@@ -316,6 +322,46 @@ idem_direct_open(Oid nsp)
 		table_close(rel, NoLock);
 		return NULL;
 	}
+	return direct_open_rel(nsp, rel);
+}
+
+/*
+ * idem_direct_open for one key of an idem_records that Citus distributes
+ * by key, on the node that holds the key's shard: the fast path writes
+ * into the shard relation (citus_local.c).  NULL when it does not apply.
+ */
+static IdemDirect *
+direct_open_local_shard(Oid nsp, text *key)
+{
+	Relation	rel = direct_records(nsp);
+	Relation	shard;
+
+	if (rel == NULL)
+		return NULL;
+	shard = records_is_citus(rel) ? idem_citus_local_shard(rel, key) : NULL;
+	table_close(rel, NoLock);
+	if (shard == NULL)
+		return NULL;
+	/* A shard is no Citus table itself: the other checks of direct_usable. */
+	if (!idem_records_shape_ok(shard) ||
+		check_enable_rls(RelationGetRelid(shard), InvalidOid, true) != RLS_NONE)
+	{
+		table_close(shard, NoLock);
+		return NULL;
+	}
+	return direct_open_rel(nsp, shard);
+}
+
+/*
+ * The rest of idem_direct_open, on rel (idem_records or its local shard,
+ * open with RowExclusiveLock, usable): NULL when the executor's
+ * permission check or the primary key says no.
+ */
+static IdemDirect *
+direct_open_rel(Oid nsp, Relation rel)
+{
+	RangeTblEntry *rte;
+	IdemDirect *d;
 
 	d = (IdemDirect *) palloc(sizeof(IdemDirect));
 	d->nsp = nsp;
@@ -490,6 +536,8 @@ idem_direct_claim(Oid nsp, text *scope, text *key, TimestampTz now,
 	IdemDirect *d = idem_direct_open(nsp);
 	IdemDirectResult result;
 
+	if (d == NULL)
+		d = direct_open_local_shard(nsp, key);
 	if (d == NULL)
 		return IDEM_DIRECT_DECLINED;
 	result = idem_direct_claim_key(d, scope, key, now, expires, fp, rec);

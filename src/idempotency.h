@@ -24,6 +24,7 @@
  *	                     (shape, constraints, primary key)?
  *	    citus.c          what Citus's catalogs say; errors for what does
  *	                     not hold on Citus yet
+ *	    citus_local.c    the fast path on this node's shard of a key
  *	    batch.c          idem_claim_many: batch claims in canonical key order
  *	    lease.c          idem_begin, idem_heartbeat, idem_finish, idem_fail,
  *	                     idem_await: two-phase records with fenced leases
@@ -46,15 +47,14 @@
  *	  batch.c, lease.c, records.c, token.c and transition.c export only
  *	  SQL-callable functions, so they have no section below.
  *	  The call graph has no cycle: shard.c and machine.c call no other
- *	  file, query.c calls only shard.c; stats.c and worker.c call only query.c, so idempotency.c's
- *	  _PG_init may call their init functions;
- *	  claim.c calls direct.c, which calls direct_table.c and citus.c (both
- *	  call no other file), and batch.c and lease.c call claim.c; the files
- *	  with F_at twins (claim.c, records.c, lease.c, token.c, batch.c) call
- *	  shard.c; the
- *	  state machines form the chain machine.c <- machine_cache.c <-
- *	  transition.c -> guard.c, and guard_trigger.c -> guard_cache.c ->
- *	  machine_cache.c.
+ *	  file, query.c calls only shard.c; stats.c and worker.c call only
+ *	  query.c, so idempotency.c's _PG_init may call their init functions;
+ *	  claim.c calls direct.c, which calls direct_table.c, citus.c and
+ *	  citus_local.c (none calls another file), and batch.c and lease.c
+ *	  call claim.c; the files with F_at twins (claim.c, records.c,
+ *	  lease.c, token.c, batch.c) call shard.c; the state machines form the
+ *	  chain machine.c <- machine_cache.c <- transition.c -> guard.c, and
+ *	  guard_trigger.c -> guard_cache.c -> machine_cache.c.
  *
  *-------------------------------------------------------------------------
  */
@@ -328,6 +328,9 @@ extern bool idem_records_pk_is_scope_key(ResultRelInfo *rri);
  * and the errors for what does not hold on Citus yet.
  */
 extern bool idem_citus_table(Oid relid);
+
+/* citus_local.c: the fast path on this node's shard of a key. */
+extern Relation idem_citus_local_shard(Relation records, text *key);
 extern bool idem_citus_shard_of(Relation rel, Oid logical);
 extern void idem_refuse_citus_worker_tokens(bool records_citus, const char *fname);
 extern void idem_refuse_citus_table(Oid relid, const char *table, const char *fname);

@@ -37,7 +37,7 @@ like($err, qr/55000: idem_distribute: the citus extension is not installed in th
 like($err, qr/HINT:  Add citus to shared_preload_libraries/, 'and a hint');
 $coord->safe_psql('plain', 'CREATE ROLE app LOGIN');
 is( $coord->safe_psql('plain',
-		"SELECT has_function_privilege('app', 'idem_distribute(regtype, regclass)', 'EXECUTE')"),
+		"SELECT has_function_privilege('app', 'idem_distribute(regtype, regclass, boolean)', 'EXECUTE')"),
 	'f', 'idem_distribute is not executable by PUBLIC');
 
 # A definition made before distributing is copied to every worker.
@@ -113,7 +113,10 @@ is(cq("SELECT (SELECT count(*) FROM orders WHERE key = '$ka') || ':' || (SELECT 
 
 # ------------------------------------------------ two sessions, one key
 # The second claimer waits on the worker (a lock wait on the shard) and
-# then sees the first one's outcome.
+# then sees the first one's outcome.  The first claims inside a
+# transaction block (statements routed from the coordinator); the second
+# outside one, so Citus delegates the call to the worker, where the fast
+# path waits for the first in the shard's primary key.
 sub race
 {
 	my ($key, $end) = @_;
@@ -123,7 +126,8 @@ sub race
 	$b->query_until(qr/waiting/, "\\echo waiting\nSELECT 'second:' || idem_claim('race', '$key');\n");
 	my $owner = node_of(shard_of($key));
 	ok( $owner->poll_query_until('postgres',
-			"SELECT count(*) = 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%idem_records%'"),
+			"SELECT count(*) = 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock'
+		   AND (query LIKE '%idem_records%' OR query LIKE '%idem_claim(%')"),
 		"the second claim of $key waits on the shard's worker");
 	$a->query_safe("$end;");
 	my $second = $b->query_safe("SELECT 'after'");
@@ -137,6 +141,47 @@ like($second, qr/second:f/, 'after its commit, the second is false');
 ($first, $second) = race('r2', 'ROLLBACK');
 like($second, qr/second:t/, 'after its rollback, the second is true');
 is(cq("SELECT count(*) FROM idem_records WHERE scope = 'race'"), '2', 'one record per key');
+
+# ------------------------------------------------ delegated claims
+# idem_distribute() made idem_claim a distributed function by its key: a
+# call outside a transaction block runs whole on the key's worker, and
+# there the fast path writes into the shard; Citus's local execution of
+# the claim's SQL (logged by citus.log_local_commands) is not used.
+is( cq(q{SELECT string_agg(objid::regprocedure::text || ':' || distribution_argument_index, ', ' ORDER BY distribution_argument_index)
+	FROM pg_dist_object WHERE objid IN ('idem_claim(text,text,interval,text)'::regprocedure, 'idem_claim(text)'::regprocedure)}),
+	'idem_claim(text):0, idem_claim(text,text,interval,text):1',
+	'idem_claim is a distributed function by its key');
+for my $w ($w1, $w2)
+{
+	$w->safe_psql('postgres', 'ALTER SYSTEM SET citus.log_local_commands = on; SELECT pg_reload_conf()');
+}
+# The worker's notices reach the client through the coordinator.
+sub claim_logs_local_sql
+{
+	my ($key) = @_;
+	my ($ret, $got, $err) = $coord->psql('postgres', "SELECT idem_claim('dlg', '$key')");
+	return ($got, scalar($err =~ /executing the command locally: INSERT INTO public\.idem_records/));
+}
+my ($got, $local_sql) = claim_logs_local_sql('d1');
+is($got, 't', 'a delegated claim');
+ok(!$local_sql, 'written by the fast path into the shard, without local execution of SQL');
+is(cq("SELECT idem_claim('dlg', 'd1')"), 'f', 'its duplicate is refused');
+is(shard_rows('idem_records', shard_of('d1'), "scope = 'dlg' AND key = 'd1'"), '1',
+	"the record is in the key's shard");
+# With the fast path off on the workers the same call runs its SQL there.
+for my $w ($w1, $w2)
+{
+	$w->safe_psql('postgres', 'ALTER SYSTEM SET idempotency.direct_claim = off; SELECT pg_reload_conf()');
+}
+($got, $local_sql) = claim_logs_local_sql('d2');
+is($got, 't', 'a delegated claim without the fast path');
+ok($local_sql, 'runs its INSERT through Citus local execution');
+for my $w ($w1, $w2)
+{
+	$w->safe_psql('postgres',
+		'ALTER SYSTEM RESET idempotency.direct_claim; ALTER SYSTEM RESET citus.log_local_commands; SELECT pg_reload_conf()');
+}
+is(cq("SELECT idem_claim('dlg', 'd2')"), 'f', 'the fast path sees that record as a duplicate');
 
 # ------------------------------------------------ complete, lookup, replay
 cq(q{SELECT idem_claim('pay', 'c1'); SELECT idem_complete('pay', 'c1', '{"receipt": 7}')});

@@ -48,10 +48,22 @@ for my $n ($c->nodes)
 {
 	$n->safe_psql('postgres', 'SELECT idem_stats_reset()');
 }
-cq("SELECT idem_claim('st_coord', 'k' || i) FROM generate_series(1, 5) AS i");
-cq("SELECT idem_claim('st_coord', 'k1')");
+# Inside a transaction block a claim runs on the coordinator (Citus does
+# not delegate it there), so the coordinator counts it.
+cq("BEGIN; SELECT idem_claim('st_coord', 'k' || i) FROM generate_series(1, 5) AS i;
+SELECT idem_claim('st_coord', 'k1'); COMMIT");
+# A claim made on a worker is counted there.
 $w2->safe_psql('postgres',
 	"SELECT idem_claim('st_w2', 'k' || i) FROM generate_series(1, 3) AS i");
+# An autocommit claim through the coordinator runs, and is counted, on the
+# worker that holds its key when idem_distribute() made idem_claim a
+# distributed function (docs/citus.md, delegated claims); on the
+# coordinator otherwise.
+my $delegated = cq("SELECT count(*) > 0 FROM pg_dist_object
+	WHERE classid = 'pg_proc'::regclass AND objid = 'idem_claim(text,text,interval,text)'::regprocedure
+	  AND distribution_argument_index IS NOT NULL");
+cq("SELECT idem_claim('st_auto', 'a1')");
+my $auto_node = $delegated eq 't' ? $c->node_of($c->shard_of('idem_records', 'a1')) : $coord;
 my %per_node;
 for my $n ($c->nodes)
 {
@@ -71,9 +83,13 @@ for my $n ($c->nodes)
 is( cq("SELECT sum(claimed) FILTER (WHERE scope = 'st_coord') || ':' || sum(duplicates) FILTER (WHERE scope = 'st_coord')
 	   || ':' || sum(claimed) FILTER (WHERE scope = 'st_w2') FROM idem_cluster_stats() WHERE datname = 'postgres'"),
 	'5:1:3', 'idem_cluster_stats: every call is counted once, on some node');
-like($per_node{ $coord->port }, qr/st_coord:/, "the coordinator's calls are in the coordinator's row")
+like($per_node{ $coord->port }, qr/st_coord:5:1/,
+	"the coordinator's calls in a transaction block are in the coordinator's row")
   or note 'per node: ' . join(' ', map { "$_=$per_node{$_}" } sort keys %per_node);
-like($per_node{ $w2->port }, qr/st_w2:/, "the worker's calls are in that worker's row");
+like($per_node{ $w2->port }, qr/st_w2:3:0/, "the worker's calls are in that worker's row");
+like($per_node{ $auto_node->port }, qr/st_auto:1:0/,
+	'an autocommit claim through the coordinator is in the row of the node that ran it ('
+	  . ($delegated eq 't' ? 'delegated to the worker of its key' : 'the coordinator') . ')');
 is( cq("SELECT count(DISTINCT nodeport) FROM idem_cluster_stats() AS s
 	     JOIN pg_dist_node n USING (nodeport) WHERE s.nodename = n.nodename"),
 	scalar(grep { $per_node{$_} ne '' } keys %per_node),

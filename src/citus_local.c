@@ -1,0 +1,410 @@
+/*-------------------------------------------------------------------------
+ *
+ * citus_local.c
+ *	  The fast claim path on a Citus node that holds the key's shard.  With
+ *	  idem_records distributed by key, Citus runs each statement of a
+ *	  claim on a worker by planning it for the distributed table, deparsing
+ *	  it for the shard and planning it again (local execution); that costs
+ *	  more than the claim itself.  When the node running idem_claim holds
+ *	  the only placement of the key's shard (a call that Citus delegated to
+ *	  the worker, see idem_distribute, or a call made on that worker), the
+ *	  claim instead writes into the shard relation idem_records_<shardid>
+ *	  through direct.c's speculative insertion, as it does on one node.
+ *
+ *	  What makes that as safe as Citus's own local execution, which it
+ *	  replaces, step by step as Citus's executor does it:
+ *	  - the shard is found from the key as Citus finds it: the hash of the
+ *	    key with the column's hash function and collation (hashtext, "C"),
+ *	    and the shard of pg_dist_shard whose range holds it;
+ *	  - Citus's shard metadata lock (LockShardDistributionMetadata, taken
+ *	    in ShareLock by every Citus write, in ExclusiveLock by shard moves
+ *	    and splits while they block writes) is taken before the placement
+ *	    is trusted; then invalidations are accepted, so a move that
+ *	    committed before is seen, and one that starts after waits for this
+ *	    transaction;
+ *	  - the placement must be the shard's only one and on this node's group
+ *	    (pg_dist_placement, pg_dist_local_group);
+ *	  - the transaction's local execution status becomes "required"
+ *	    (SetLocalExecutionStatus), as after Citus's own local write, so a
+ *	    later statement of the transaction on that shard runs locally and
+ *	    sees the record; when Citus already reached this node's placements
+ *	    over a connection in the transaction (status "disabled"), the fast
+ *	    path declines instead.
+ *	  The three Citus functions are found with load_external_function in
+ *	  the citus library already loaded (shared_preload_libraries), only for
+ *	  Citus 13 (the version whose signatures were read: pg_extension's
+ *	  extversion "13.x"), and only when citus.enable_local_execution is on.
+ *	  Otherwise, or for anything unexpected, the claim runs as SQL through
+ *	  Citus, which is always correct.
+ *
+ *	  Cache: the shard ranges of idem_records and whether each shard's
+ *	  only placement is local, read from Citus's catalogs once and kept in
+ *	  TopMemoryContext until a relcache invalidation of idem_records (Citus
+ *	  sends one whenever the table's shards or placements change) or of
+ *	  all relations.
+ *
+ *	  Locking: the metadata lock (ShareLock) and the shard relation's
+ *	  RowExclusiveLock are held to the end of the transaction, as by
+ *	  Citus's local execution of an INSERT.  Catalogs are read with
+ *	  AccessShareLock, released at once.  Visibility: the catalogs are read
+ *	  with a catalog snapshot taken after the metadata lock.
+ *
+ *	  direct.c calls this file; it calls no other file of src/.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/relation.h"
+#include "access/table.h"
+#include "catalog/pg_collation.h"
+#include "catalog/pg_extension.h"
+#include "catalog/pg_namespace.h"
+#include "catalog/pg_type.h"
+#include "commands/extension.h"
+#include "fmgr.h"
+#include "nodes/primnodes.h"
+#include "storage/lmgr.h"
+#include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/guc.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+
+#include "idempotency.h"
+
+/* Citus 13's enum LocalExecutionStatus (local_executor.h). */
+#define CITUS_LOCAL_EXECUTION_REQUIRED 0
+#define CITUS_LOCAL_EXECUTION_DISABLED 2
+
+typedef void (*lock_metadata_fn) (int64 shardId, LOCKMODE lockMode);
+typedef int (*get_status_fn) (void);
+typedef void (*set_status_fn) (int status);
+
+static bool citus_fns_loaded = false;
+static lock_metadata_fn citus_lock_metadata = NULL;
+static get_status_fn citus_get_status = NULL;
+static set_status_fn citus_set_status = NULL;
+
+/* One shard of idem_records: its hash range, id, and where it lives. */
+typedef struct ShardRange
+{
+	int32		min;
+	int32		max;
+	int64		shardid;
+	bool		local;			/* the only placement is on this node */
+} ShardRange;
+
+static Oid	ranges_relid = InvalidOid;	/* InvalidOid: not loaded */
+static bool ranges_usable = false;	/* hash-distributed by key, "C" */
+static ShardRange *ranges = NULL;
+static int	nranges = 0;
+static bool ranges_callback = false;
+
+static void
+ranges_forget(Datum arg, Oid relid)
+{
+	if (relid == InvalidOid || relid == ranges_relid)
+		ranges_relid = InvalidOid;
+}
+
+/* Is the citus extension of this database at version 13.x? */
+static bool
+citus_is_13(void)
+{
+	Relation	rel;
+	ScanKeyData skey;
+	SysScanDesc scan;
+	HeapTuple	tup;
+	bool		ok = false;
+
+	rel = table_open(ExtensionRelationId, AccessShareLock);
+	ScanKeyInit(&skey, Anum_pg_extension_extname, BTEqualStrategyNumber,
+				F_NAMEEQ, CStringGetDatum("citus"));
+	scan = systable_beginscan(rel, ExtensionNameIndexId, true, NULL, 1, &skey);
+	tup = systable_getnext(scan);
+	if (HeapTupleIsValid(tup))
+	{
+		bool		isnull;
+		Datum		v = heap_getattr(tup, Anum_pg_extension_extversion,
+									 RelationGetDescr(rel), &isnull);
+
+		ok = !isnull && strncmp(TextDatumGetCString(v), "13.", 3) == 0;
+	}
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+	return ok;
+}
+
+/* Find Citus's three functions once per backend; false without them. */
+static bool
+citus_fns(void)
+{
+	if (!citus_fns_loaded)
+	{
+		citus_fns_loaded = true;
+		if (citus_is_13())
+		{
+			citus_lock_metadata = (lock_metadata_fn)
+				load_external_function("citus", "LockShardDistributionMetadata", false, NULL);
+			citus_get_status = (get_status_fn)
+				load_external_function("citus", "GetCurrentLocalExecutionStatus", false, NULL);
+			citus_set_status = (set_status_fn)
+				load_external_function("citus", "SetLocalExecutionStatus", false, NULL);
+		}
+	}
+	return citus_lock_metadata != NULL && citus_get_status != NULL &&
+		citus_set_status != NULL;
+}
+
+/*
+ * The attribute number of column name of a Citus catalog: by name, because Citus's
+ * upgrades drop columns (pg_dist_shard's fourth is a dropped one).
+ */
+static AttrNumber
+catalog_att(Relation rel, const char *name)
+{
+	AttrNumber	att = get_attnum(RelationGetRelid(rel), name);
+
+	if (att == InvalidAttrNumber)
+		elog(ERROR, "column \"%s\" of Citus catalog %s not found", name,
+			 RelationGetRelationName(rel));
+	return att;
+}
+
+/* This node's Citus group (pg_dist_local_group), or -1. */
+static int32
+local_group(void)
+{
+	Oid			catalog = get_relname_relid("pg_dist_local_group", PG_CATALOG_NAMESPACE);
+	Relation	rel;
+	SysScanDesc scan;
+	HeapTuple	tup;
+	int32		group = -1;
+
+	if (!OidIsValid(catalog))
+		return -1;
+	rel = table_open(catalog, AccessShareLock);
+	scan = systable_beginscan(rel, InvalidOid, false, NULL, 0, NULL);
+	tup = systable_getnext(scan);
+	if (HeapTupleIsValid(tup))
+	{
+		bool		isnull;
+		Datum		d = heap_getattr(tup, catalog_att(rel, "groupid"),
+									 RelationGetDescr(rel), &isnull);
+
+		if (!isnull)
+			group = DatumGetInt32(d);
+	}
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+	return group;
+}
+
+/* Rows of a pg_dist_* catalog whose (oid or int8) column att is v. */
+static SysScanDesc
+scan_catalog(Relation rel, const char *index, AttrNumber att, Oid proc, Datum v,
+			 ScanKey skey)
+{
+	Oid			indexid = get_relname_relid(index, PG_CATALOG_NAMESPACE);
+
+	ScanKeyInit(skey, att, BTEqualStrategyNumber, proc, v);
+	return systable_beginscan(rel, indexid, OidIsValid(indexid), NULL, 1, skey);
+}
+
+/* Is idem_records (relid) hash-distributed by key, "C" collation? */
+static bool
+distributed_by_key(Oid relid)
+{
+	Relation	rel = table_open(get_relname_relid("pg_dist_partition", PG_CATALOG_NAMESPACE),
+								 AccessShareLock);
+	ScanKeyData skey;
+	SysScanDesc scan = scan_catalog(rel, "pg_dist_partition_logical_relid_index",
+									catalog_att(rel, "logicalrelid"),
+									F_OIDEQ, ObjectIdGetDatum(relid), &skey);
+	HeapTuple	tup = systable_getnext(scan);
+	bool		ok = false;
+
+	if (HeapTupleIsValid(tup))
+	{
+		bool		isnull;
+		char		method = DatumGetChar(heap_getattr(tup, catalog_att(rel, "partmethod"),
+													   RelationGetDescr(rel), &isnull));
+		Datum		key = heap_getattr(tup, catalog_att(rel, "partkey"),
+									   RelationGetDescr(rel), &isnull);
+
+		if (method == 'h' && !isnull)
+		{
+			Node	   *n = stringToNode(TextDatumGetCString(key));
+
+			ok = IsA(n, Var) && ((Var *) n)->varattno == IDEM_COL_KEY &&
+				((Var *) n)->vartype == TEXTOID &&
+				((Var *) n)->varcollid == C_COLLATION_OID;
+		}
+	}
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+	return ok;
+}
+
+/* Is shardid's only placement in group? */
+static bool
+placement_is_only_local(int64 shardid, int32 group)
+{
+	Relation	rel = table_open(get_relname_relid("pg_dist_placement", PG_CATALOG_NAMESPACE),
+								 AccessShareLock);
+	ScanKeyData skey;
+	SysScanDesc scan = scan_catalog(rel, "pg_dist_placement_shardid_index",
+									catalog_att(rel, "shardid"),
+									F_INT8EQ, Int64GetDatum(shardid), &skey);
+	AttrNumber	groupid = catalog_att(rel, "groupid");
+	HeapTuple	tup;
+	int			n = 0;
+	bool		local = false;
+
+	while (HeapTupleIsValid(tup = systable_getnext(scan)))
+	{
+		bool		isnull;
+
+		n++;
+		local = DatumGetInt32(heap_getattr(tup, groupid, RelationGetDescr(rel), &isnull)) == group;
+	}
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+	return n == 1 && local;
+}
+
+/* Load the shard ranges of relid (already known distributed by key). */
+static void
+load_ranges(Oid relid)
+{
+	Relation	rel = table_open(get_relname_relid("pg_dist_shard", PG_CATALOG_NAMESPACE),
+								 AccessShareLock);
+	ScanKeyData skey;
+	SysScanDesc scan = scan_catalog(rel, "pg_dist_shard_logical_relid_index",
+									catalog_att(rel, "logicalrelid"),
+									F_OIDEQ, ObjectIdGetDatum(relid), &skey);
+	AttrNumber	att_id = catalog_att(rel, "shardid");
+	AttrNumber	att_min = catalog_att(rel, "shardminvalue");
+	AttrNumber	att_max = catalog_att(rel, "shardmaxvalue");
+	HeapTuple	tup;
+	int32		group = local_group();
+	int			cap = 16;
+	ShardRange *made = MemoryContextAlloc(TopMemoryContext, cap * sizeof(ShardRange));
+	int			n = 0;
+
+	while (HeapTupleIsValid(tup = systable_getnext(scan)))
+	{
+		bool		nullmin;
+		bool		nullmax;
+		bool		isnull;
+		Datum		min = heap_getattr(tup, att_min, RelationGetDescr(rel), &nullmin);
+		Datum		max = heap_getattr(tup, att_max, RelationGetDescr(rel), &nullmax);
+
+		if (nullmin || nullmax)
+			continue;
+		if (n == cap)
+		{
+			cap *= 2;
+			made = repalloc(made, cap * sizeof(ShardRange));
+		}
+		made[n].min = pg_strtoint32(TextDatumGetCString(min));
+		made[n].max = pg_strtoint32(TextDatumGetCString(max));
+		made[n].shardid = DatumGetInt64(heap_getattr(tup, att_id, RelationGetDescr(rel), &isnull));
+		made[n].local = false;
+		n++;
+	}
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+
+	for (int i = 0; i < n; i++)
+		made[i].local = placement_is_only_local(made[i].shardid, group);
+	if (ranges != NULL)
+		pfree(ranges);
+	ranges = made;
+	nranges = n;
+}
+
+/* The range of hash h, or NULL. */
+static ShardRange *
+find_range(int32 h)
+{
+	for (int i = 0; i < nranges; i++)
+		if (ranges[i].min <= h && h <= ranges[i].max)
+			return &ranges[i];
+	return NULL;
+}
+
+/* The cached range of key's shard in records, loading the cache; or NULL. */
+static ShardRange *
+range_of(Relation records, text *key)
+{
+	Oid			relid = RelationGetRelid(records);
+	int32		h;
+
+	if (!ranges_callback)
+	{
+		CacheRegisterRelcacheCallback(ranges_forget, (Datum) 0);
+		ranges_callback = true;
+	}
+	if (ranges_relid != relid)
+	{
+		ranges_usable = distributed_by_key(relid);
+		if (ranges_usable)
+			load_ranges(relid);
+		/* An invalidation during the loading forgets it again: fine. */
+		ranges_relid = relid;
+	}
+	if (!ranges_usable)
+		return NULL;
+	h = DatumGetInt32(DirectFunctionCall1Coll(hashtext, C_COLLATION_OID,
+											  PointerGetDatum(key)));
+	return find_range(h);
+}
+
+/*
+ * The shard relation of idem_records (records, a Citus table, open) that
+ * holds key, opened with RowExclusiveLock, when this node holds its only
+ * placement and the fast path may write into it (see the header comment);
+ * otherwise NULL, and the claim runs as SQL.
+ */
+Relation
+idem_citus_local_shard(Relation records, text *key)
+{
+	const char *local_execution;
+	ShardRange *r;
+	int64		shardid;
+	char		relname[NAMEDATALEN];
+	Oid			relid;
+
+	if (!citus_fns())
+		return NULL;
+	local_execution = GetConfigOption("citus.enable_local_execution", true, false);
+	if (local_execution == NULL || strcmp(local_execution, "on") != 0)
+		return NULL;
+	r = range_of(records, key);
+	if (r == NULL || !r->local)
+		return NULL;
+	if (citus_get_status() == CITUS_LOCAL_EXECUTION_DISABLED)
+		return NULL;
+
+	/* Citus's write lock on the shard's metadata, then a fresh look. */
+	shardid = r->shardid;
+	citus_lock_metadata(shardid, ShareLock);
+	AcceptInvalidationMessages();
+	r = range_of(records, key);
+	if (r == NULL || !r->local || r->shardid != shardid)
+		return NULL;
+
+	snprintf(relname, sizeof(relname), "%s_" INT64_FORMAT,
+			 RelationGetRelationName(records), shardid);
+	relid = get_relname_relid(relname, RelationGetNamespace(records));
+	if (!OidIsValid(relid))
+		return NULL;
+	citus_set_status(CITUS_LOCAL_EXECUTION_REQUIRED);
+	return try_relation_open(relid, RowExclusiveLock);
+}

@@ -109,7 +109,15 @@ like($err, qr/HINT:  On a single server, read the idem_stats view/, 'with a hint
 # 8 clients on 400 overlapping keys.  When idem_claim returns true: a
 # ledger row on the key's shard (one single-shard transaction with the
 # claim) and an audit row on the shard of a random id (another worker,
-# mostly: Citus's 2PC).  One transaction in twenty rolls back.
+# mostly: Citus's 2PC).  One transaction in twenty rolls back.  Half of
+# the transactions are instead an autocommit claim of scope 'auto', which
+# idem_distribute() delegates to the key's worker when it made idem_claim
+# a distributed function (there it writes into the shard by the fast
+# path): those records are in the amcheck below too.
+my $auto_text = q{
+\set k random(1, 400)
+SELECT idem_claim('auto', 'key-' || :k);
+};
 my $script_text = q{
 \set k random(1, 400)
 \set a random(1, 1000000000)
@@ -131,12 +139,16 @@ my $script = "$PostgreSQL::Test::Utils::tmp_check/citus_failover.pgbench";
 open my $fh, '>', $script or die "$script: $!";
 print $fh $script_text;
 close $fh;
+my $auto = "$PostgreSQL::Test::Utils::tmp_check/citus_failover_auto.pgbench";
+open $fh, '>', $auto or die "$auto: $!";
+print $fh $auto_text;
+close $fh;
 
 sub pgbench_args
 {
 	my ($per_client) = @_;
 	return ('pgbench', '-n', '-c', 8, '-j', 2, '-t', $per_client,
-		'-h', $coord->host, '-p', $coord->port, '-f', $script, 'postgres');
+		'-h', $coord->host, '-p', $coord->port, '-f', $script, '-f', $auto, 'postgres');
 }
 
 # Wait until no process of a killed server is left (as 010_crash_recovery.pl).
@@ -222,8 +234,22 @@ $coord->pgbench(
 	],
 	[qr{^$}],
 	'pgbench after the restart: every transaction succeeds',
-	{ 'citus_failover' => $script_text });
+	{ 'citus_failover' => $script_text, 'citus_failover_auto' => $auto_text });
 
+if ($delegated eq 't')
+{
+	is( $coord->safe_psql('postgres',
+			"SELECT coalesce(sum(claimed + duplicates), 0) FROM idem_stats WHERE scope = 'auto'"),
+		'0', 'the autocommit claims ran on the workers (delegated), none on the coordinator');
+	cmp_ok( cq("SELECT coalesce(sum(claimed + duplicates), 0) FROM idem_cluster_stats() WHERE scope = 'auto'"),
+		'>', 0, 'and were counted there');
+}
+my ($autos, $auto_new) = split /\|/, cq(q{
+	SELECT count(*), count(*) FILTER (WHERE idem_claim('auto', key))
+	  FROM (SELECT key FROM idem_records WHERE scope = 'auto') AS r});
+note "autocommit claims: $autos records";
+ok($autos > 0 && $autos <= 400, 'the autocommit claims left one record per key at most');
+is($auto_new, '0', 'and each of those keys is a duplicate');
 my ($credits, $credited, $records, $completed, $unmatched) = split /\|/, cq(q{
 	SELECT (SELECT count(*) FROM ledger),
 	       (SELECT count(DISTINCT key) FROM ledger),

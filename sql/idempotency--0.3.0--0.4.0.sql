@@ -4,8 +4,10 @@
 --   * idem_grant(role, access) and idem_revoke(role) grant an application
 --     role what it needs;
 --   * two comments corrected;
---   * idem_distribute(shard_key, colocate_with) makes the tables Citus
---     tables, and the F_at twins address records distributed by a shard key.
+--   * idem_distribute(shard_key, colocate_with, delegate) makes the tables
+--     Citus tables, and the F_at twins address records distributed by a
+--     shard key;
+--   * idem_sources(machine, to_state), for guarded UPDATEs on Citus.
 -- The same objects are in sql/idempotency_machine.sql,
 -- sql/idempotency_grant.sql, sql/idempotency_citus.sql and
 -- sql/idempotency_shard.sql, the sources of a fresh 0.4.0 install.
@@ -378,6 +380,23 @@ ROWS 100;
 
 COMMENT ON FUNCTION @extschema@.idem_claim_many_at("any", pg_catalog.text, pg_catalog.text[], pg_catalog.interval) IS
     'idem_claim_many for idem_records distributed by shard_key (idem_distribute(shard_key => type)): shard_key is the distribution value of the row the key protects';
+
+-- Citus: guards on distributed tables (sql/idempotency_machine.sql,
+-- docs/citus.md).  idem_guard on a distributed table puts its triggers on
+-- every shard and keeps history in a table co-located with it (C code, no
+-- catalog change); idem_sources serves the guarded UPDATE that moves a row
+-- only when the move is legal, which Citus accepts (no column reference in
+-- the call).  Public: it only reads definitions.
+CREATE FUNCTION @extschema@.idem_sources(
+    machine pg_catalog.text,
+    to_state pg_catalog.text)
+RETURNS pg_catalog.text[]
+AS 'MODULE_PATHNAME', 'idem_sources'
+LANGUAGE C STABLE CALLED ON NULL INPUT PARALLEL SAFE;
+
+COMMENT ON FUNCTION @extschema@.idem_sources(pg_catalog.text, pg_catalog.text) IS
+    'The states from which machine declares a transition to to_state; for UPDATE ... WHERE status = ANY (idem_sources(machine, to_state)), on Citus too';
+
 
 -- Citus: cluster-wide statistics
 -- idem_cluster_stats() (sql/idempotency_citus_stats.sql, docs/citus.md): the

@@ -127,6 +127,16 @@ LANGUAGE C STABLE CALLED ON NULL INPUT PARALLEL SAFE;
 COMMENT ON FUNCTION @extschema@.idem_transition(pg_catalog.text, pg_catalog.text, pg_catalog.text) IS
     'to_state when machine declares from_state -> to_state, from_state when they are equal; otherwise error ID004';
 
+CREATE FUNCTION @extschema@.idem_sources(
+    machine pg_catalog.text,
+    to_state pg_catalog.text)
+RETURNS pg_catalog.text[]
+AS 'MODULE_PATHNAME', 'idem_sources'
+LANGUAGE C STABLE CALLED ON NULL INPUT PARALLEL SAFE;
+
+COMMENT ON FUNCTION @extschema@.idem_sources(pg_catalog.text, pg_catalog.text) IS
+    'The states from which machine declares a transition to to_state; for UPDATE ... WHERE status = ANY (idem_sources(machine, to_state)), on Citus too';
+
 -- Guarding tables
 
 -- The rule of a guard, used in the WHEN condition of its triggers; public

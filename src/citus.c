@@ -3,9 +3,13 @@
  * citus.c
  *	  What the extension needs to know about Citus, read from Citus's own
  *	  catalogs (pg_dist_partition, pg_dist_shard, pg_dist_local_group) without
- *	  linking to Citus: is a table managed by Citus, is a relation a shard of
- *	  a given table, is this node the coordinator; and the errors for what
- *	  does not hold on Citus yet (docs/citus.md).
+ *	  linking to Citus: is a table managed by Citus (and how it is
+ *	  distributed), is a relation a shard of a given table, which local
+ *	  relation is this node's placement of a reference table's shard or of
+ *	  the shard co-located with another (same shardminvalue; its name made
+ *	  as Citus's AppendShardIdToName makes it), is this node the
+ *	  coordinator; and the errors for what does not hold on Citus yet
+ *	  (docs/citus.md).
  *
  *	  Without the citus extension in the database every question answers
  *	  false after one syscache look-up (get_extension_oid), and nothing is
@@ -17,8 +21,8 @@
  *	  whether idem_records is a Citus table with its OID).
  *
  *	  This file calls no other file of src/: direct.c, batch.c (whether to
- *	  claim key by key), lease.c,
- *	  guard.c and machine_cache.c call it.
+ *	  claim key by key), lease.c, guard.c, guard_cache.c, guard_trigger.c
+ *	  and machine_cache.c call it.
  *
  *-------------------------------------------------------------------------
  */
@@ -29,6 +33,11 @@
 #include "access/table.h"
 #include "catalog/pg_namespace.h"
 #include "commands/extension.h"
+#include "common/hashfn.h"
+#include "mb/pg_wchar.h"
+#include "nodes/primnodes.h"
+#include "nodes/readfuncs.h"
+#include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
@@ -68,37 +77,122 @@ idem_citus_table(Oid relid)
 }
 
 /*
- * fname (idem_guard) on a table that Citus manages: refused up front.  The
- * guard's triggers would have to run on every shard (Citus refuses
- * triggers on distributed tables unless citus.enable_unsafe_triggers is
- * on), and a guard created only on the coordinator's shell table would
- * leave every UPDATE through the coordinator unguarded.
+ * Citus's name for the placement of shard shardid of a relation called
+ * name, as Citus's AppendShardIdToName makes it: name_<shardid>, or, when
+ * that does not fit in NAMEDATALEN, name clipped, a hash of the whole
+ * name, then _<shardid>.  out has NAMEDATALEN bytes.
  */
-void
-idem_refuse_citus_table(Oid relid, const char *table, const char *fname)
+static void
+citus_shard_name(char *out, const char *name, int64 shardid)
 {
-	if (idem_citus_table(relid))
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("%s: table %s is managed by Citus", fname, table),
-				 errdetail("Guards on Citus tables are not supported yet: Citus does not put the guard's triggers on the shards, so updates would go through unguarded."),
-				 errhint("Keep a guarded table out of Citus (neither distributed nor a reference or local table); docs/citus.md lists what works on Citus.")));
+	char		suffix[NAMEDATALEN];
+	int			len = strlen(name);
+	int			slen;
+
+	snprintf(suffix, sizeof(suffix), "_" INT64_FORMAT, shardid);
+	slen = strlen(suffix);
+	if (len < NAMEDATALEN - slen)
+		snprintf(out, NAMEDATALEN, "%s%s", name, suffix);
+	else
+		snprintf(out, NAMEDATALEN, "%.*s_%.8x%s",
+				 pg_mbcliplen(name, len, NAMEDATALEN - slen - 10), name,
+				 hash_bytes((const unsigned char *) name, len), suffix);
 }
 
 /*
- * Is rel a Citus shard (a placement on this node) of the table logical?
- * Its name is logical's followed by _<shard id>, in the same schema, and
- * pg_catalog.pg_dist_shard has that shard id for logical.  False without
- * the citus extension.
+ * The row of pg_catalog.pg_dist_partition of relid, or false (not a Citus
+ * table, or no citus extension).  *method: partmethod ('h' hash, 'n' none:
+ * reference and Citus local tables, ...); *distatt: the distribution
+ * column (0 when there is none); *colocation: colocationid.
  */
 bool
-idem_citus_shard_of(Relation rel, Oid logical)
+idem_citus_partition(Oid relid, char *method, AttrNumber *distatt, int32 *colocation)
+{
+	Oid			catalog;
+	Oid			index;
+	Relation	pdp;
+	ScanKeyData skey;
+	SysScanDesc scan;
+	HeapTuple	tup;
+	bool		found = false;
+
+	if (!OidIsValid(get_extension_oid("citus", true)))
+		return false;
+	catalog = get_relname_relid("pg_dist_partition", PG_CATALOG_NAMESPACE);
+	if (!OidIsValid(catalog))
+		return false;
+	index = get_relname_relid("pg_dist_partition_logical_relid_index", PG_CATALOG_NAMESPACE);
+	pdp = table_open(catalog, AccessShareLock);
+	ScanKeyInit(&skey, 1, BTEqualStrategyNumber, F_OIDEQ, ObjectIdGetDatum(relid));
+	scan = systable_beginscan(pdp, index, OidIsValid(index), NULL, 1, &skey);
+	tup = systable_getnext(scan);
+	if (HeapTupleIsValid(tup))
+	{
+		TupleDesc	desc = RelationGetDescr(pdp);
+		bool		isnull;
+		Datum		d;
+
+		found = true;
+		d = heap_getattr(tup, 2, desc, &isnull);	/* partmethod "char" */
+		*method = isnull ? '\0' : DatumGetChar(d);
+		*distatt = 0;
+		d = heap_getattr(tup, 3, desc, &isnull);	/* partkey: a Var, as nodeToString wrote it */
+		if (!isnull)
+		{
+			Node	   *key = stringToNode(TextDatumGetCString(d));
+
+			if (key != NULL && IsA(key, Var))
+				*distatt = ((Var *) key)->varattno;
+		}
+		d = heap_getattr(tup, 4, desc, &isnull);	/* colocationid */
+		*colocation = isnull ? 0 : DatumGetInt32(d);
+	}
+	systable_endscan(scan);
+	table_close(pdp, AccessShareLock);
+	return found;
+}
+
+/*
+ * fname (idem_guard, idem_unguard) on relid: true when it is a Citus
+ * hash-distributed table (the guard goes on every shard, guard.c), false
+ * when Citus does not manage it; refused (0A000) for the other kinds of
+ * Citus table: a reference table's row is changed on every node, and its
+ * history could not be co-located; a Citus local table is not tested.
+ */
+bool
+idem_citus_guardable(Oid relid, const char *table, const char *fname)
+{
+	char		method;
+	AttrNumber	distatt;
+	int32		colocation;
+
+	if (!idem_citus_partition(relid, &method, &distatt, &colocation))
+		return false;
+	if (method == 'h' && distatt > 0)
+		return true;
+	ereport(ERROR,
+			(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+			 errmsg("%s: table %s is a Citus table that is not hash-distributed", fname, table),
+			 errdetail("Guards on Citus tables are supported on distributed tables with a distribution column only, not on reference, Citus local, append or single-shard tables."),
+			 errhint("Distribute the table with create_distributed_table(table, column), or keep it out of Citus; see docs/citus.md.")));
+	return false;				/* keep the compiler quiet */
+}
+
+/*
+ * Is rel the placement on this node of a shard of a Citus table?  Its
+ * name is Citus's name for a shard id that pg_catalog.pg_dist_shard has,
+ * and it is in the schema of that shard's table.  Then *logical is the
+ * table, *shardid the shard and *minvalue its shardminvalue (NULL for a
+ * reference table; palloc'd in the caller's context), each when not NULL.
+ * False without the citus extension.
+ */
+bool
+idem_citus_shard_rel(Relation rel, Oid *logical, int64 *shardid, char **minvalue)
 {
 	const char *name = RelationGetRelationName(rel);
 	const char *sep = strrchr(name, '_');
-	char	   *lname;
 	char	   *end;
-	int64		shardid;
+	int64		id;
 	Oid			catalog;
 	Oid			index;
 	Relation	pds;
@@ -107,17 +201,11 @@ idem_citus_shard_of(Relation rel, Oid logical)
 	HeapTuple	tup;
 	bool		found = false;
 
-	if (!OidIsValid(logical) || sep == NULL || sep[1] == '\0' ||
-		RelationGetNamespace(rel) != get_rel_namespace(logical) ||
-		!OidIsValid(get_extension_oid("citus", true)))
-		return false;
-	lname = get_rel_name(logical);
-	if (lname == NULL || strlen(lname) != (size_t) (sep - name) ||
-		strncmp(name, lname, sep - name) != 0)
+	if (sep == NULL || sep[1] == '\0' || !OidIsValid(get_extension_oid("citus", true)))
 		return false;
 	errno = 0;
-	shardid = strtoi64(sep + 1, &end, 10);
-	if (errno != 0 || *end != '\0' || shardid <= 0)
+	id = strtoi64(sep + 1, &end, 10);
+	if (errno != 0 || *end != '\0' || id <= 0)
 		return false;
 
 	catalog = get_relname_relid("pg_dist_shard", PG_CATALOG_NAMESPACE);
@@ -126,19 +214,109 @@ idem_citus_shard_of(Relation rel, Oid logical)
 	index = get_relname_relid("pg_dist_shard_shardid_index", PG_CATALOG_NAMESPACE);
 	pds = table_open(catalog, AccessShareLock);
 	/* shardid (attribute 2) is an int8; logicalrelid (1) a regclass. */
-	ScanKeyInit(&skey, 2, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(shardid));
+	ScanKeyInit(&skey, 2, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(id));
 	scan = systable_beginscan(pds, index, OidIsValid(index), NULL, 1, &skey);
 	tup = systable_getnext(scan);
 	if (HeapTupleIsValid(tup))
 	{
+		TupleDesc	desc = RelationGetDescr(pds);
 		bool		isnull;
-		Datum		d = heap_getattr(tup, 1, RelationGetDescr(pds), &isnull);
+		Datum		d = heap_getattr(tup, 1, desc, &isnull);
+		Oid			table = isnull ? InvalidOid : DatumGetObjectId(d);
+		char	   *lname = OidIsValid(table) ? get_rel_name(table) : NULL;
+		char		expect[NAMEDATALEN];
 
-		found = !isnull && DatumGetObjectId(d) == logical;
+		if (lname != NULL && get_rel_namespace(table) == RelationGetNamespace(rel) &&
+			table != RelationGetRelid(rel))
+		{
+			citus_shard_name(expect, lname, id);
+			found = strcmp(expect, name) == 0;
+		}
+		if (found && logical != NULL)
+			*logical = table;
+		if (found && shardid != NULL)
+			*shardid = id;
+		if (found && minvalue != NULL)
+		{
+			d = heap_getattr(tup, 5, desc, &isnull);	/* shardminvalue text */
+			*minvalue = isnull ? NULL : TextDatumGetCString(d);
+		}
 	}
 	systable_endscan(scan);
 	table_close(pds, AccessShareLock);
 	return found;
+}
+
+/*
+ * Is rel a Citus shard (a placement on this node) of the table logical?
+ * False without the citus extension.
+ */
+bool
+idem_citus_shard_of(Relation rel, Oid logical)
+{
+	Oid			table;
+
+	return OidIsValid(logical) && idem_citus_shard_rel(rel, &table, NULL, NULL) &&
+		table == logical;
+}
+
+/*
+ * The placement on this node of a shard of the Citus table logical: the
+ * shard whose shardminvalue is minvalue (the shard co-located with
+ * another table's shard of that minvalue), or, when minvalue is NULL, its
+ * only shard (a reference table).  InvalidOid when there is no such shard
+ * or this node holds no placement of it, and without the citus extension.
+ */
+Oid
+idem_citus_local_placement(Oid logical, const char *minvalue)
+{
+	Oid			catalog;
+	Oid			index;
+	Relation	pds;
+	ScanKeyData skey;
+	SysScanDesc scan;
+	HeapTuple	tup;
+	int64		shardid = 0;
+	int			n = 0;
+	char	   *lname;
+	char		name[NAMEDATALEN];
+
+	if (!OidIsValid(get_extension_oid("citus", true)))
+		return InvalidOid;
+	catalog = get_relname_relid("pg_dist_shard", PG_CATALOG_NAMESPACE);
+	if (!OidIsValid(catalog))
+		return InvalidOid;
+	index = get_relname_relid("pg_dist_shard_logical_relid_index", PG_CATALOG_NAMESPACE);
+	pds = table_open(catalog, AccessShareLock);
+	ScanKeyInit(&skey, 1, BTEqualStrategyNumber, F_OIDEQ, ObjectIdGetDatum(logical));
+	scan = systable_beginscan(pds, index, OidIsValid(index), NULL, 1, &skey);
+	while (HeapTupleIsValid(tup = systable_getnext(scan)))
+	{
+		TupleDesc	desc = RelationGetDescr(pds);
+		bool		isnull;
+		Datum		d;
+
+		if (minvalue != NULL)
+		{
+			d = heap_getattr(tup, 5, desc, &isnull);	/* shardminvalue text */
+			if (isnull || strcmp(TextDatumGetCString(d), minvalue) != 0)
+				continue;
+		}
+		d = heap_getattr(tup, 2, desc, &isnull);	/* shardid */
+		if (!isnull)
+		{
+			shardid = DatumGetInt64(d);
+			n++;
+		}
+	}
+	systable_endscan(scan);
+	table_close(pds, AccessShareLock);
+
+	lname = get_rel_name(logical);
+	if (n != 1 || lname == NULL)
+		return InvalidOid;
+	citus_shard_name(name, lname, shardid);
+	return get_relname_relid(name, get_rel_namespace(logical));
 }
 
 /*

@@ -106,7 +106,7 @@ static int	nranges = 0;
 static bool ranges_callback = false;
 
 static void
-ranges_forget(Datum arg, Oid relid)
+ranges_forget(Oid relid)
 {
 	if (relid == InvalidOid || relid == ranges_relid)
 		ranges_relid = InvalidOid;
@@ -348,7 +348,7 @@ range_of(Relation records, text *key)
 
 	if (!ranges_callback)
 	{
-		CacheRegisterRelcacheCallback(ranges_forget, (Datum) 0);
+		idem_relcache_subscribe(ranges_forget);
 		ranges_callback = true;
 	}
 	if (ranges_relid != relid)

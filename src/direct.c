@@ -184,7 +184,7 @@ static bool records_citus_known = false;
 static bool records_citus = false;
 
 static void
-forget_records_relid(Datum arg, Oid relid)
+forget_records_relid(Oid relid)
 {
 	if (!OidIsValid(relid) || relid == records_relid)
 	{
@@ -228,7 +228,7 @@ open_records(Oid nsp)
 
 	if (!records_callback)
 	{
-		CacheRegisterRelcacheCallback(forget_records_relid, (Datum) 0);
+		idem_relcache_subscribe(forget_records_relid);
 		records_callback = true;
 	}
 	if (records_nsp != nsp || !OidIsValid(records_relid))

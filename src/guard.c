@@ -49,10 +49,24 @@
  *	  Locking: idem_guard takes ShareRowExclusiveLock on the table (as
  *	  CREATE TRIGGER does) and idem_unguard AccessExclusiveLock (as DROP
  *	  TRIGGER does), after checking the TRIGGER privilege so that nobody
- *	  can lock a table they may not guard.
+ *	  can lock a table they may not guard.  On Citus, Citus takes its own
+ *	  locks on the shards for the trigger DDL and create_distributed_table.
  *
  *	  Partitioned tables are refused: a row moved to another partition is
  *	  inserted there anew, which would have to be an initial state.
+ *
+ *	  Citus (docs/citus.md): on a hash-distributed table the same triggers
+ *	  are created through Citus, with citus.enable_unsafe_triggers set for
+ *	  the duration of the call only (a GUC nest level, as a function's SET
+ *	  clause), so that
+ *	  Citus creates them on every shard placement; idem_unguard drops them
+ *	  the same way.  With history, the log trigger takes a fifth argument,
+ *	  the history table <table>_transitions that idem_guard creates (or
+ *	  reuses) co-located with the guarded table, distributed by a first
+ *	  column like the table's distribution column; guard_trigger.c writes
+ *	  each change into its shard co-located with the row's.  Other Citus
+ *	  tables (reference, Citus local, ...) are refused (citus.c), and so is
+ *	  the distribution column as status or version column.
  *
  *	  Visibility: the triggers are created and dropped through SPI in the
  *	  caller's transaction, so a guard appears or goes away at its commit,
@@ -83,12 +97,14 @@
 #include "storage/lmgr.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/hsearch.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/relcache.h"
+#include "utils/ruleutils.h"
 #include "utils/syscache.h"
 #include "utils/xid8.h"
 
@@ -290,6 +306,197 @@ name_arg(FunctionCallInfo fcinfo, int argno, const char *what, const char *fname
 	return pstrdup(NameStr(*PG_GETARG_NAME(argno)));
 }
 
+/* A guard to create: the names create_guard_triggers puts into SQL. */
+typedef struct GuardSpec
+{
+	char	   *table;			/* schema-qualified, quoted */
+	char	   *status_col;
+	char	   *version_col;	/* NULL: none */
+	const char *qnsp;
+	char	   *qmachine;		/* a literal */
+	char	   *history_table;	/* NULL: idem_transition_log; else quoted name */
+} GuardSpec;
+
+/*
+ * The attnum of the version column of a guard on the status column
+ * status_att: a user column other than the status, integer or bigint
+ * (42703, 22023, 42804).
+ */
+static AttrNumber
+version_column(Oid relid, const char *table, const char *version_col,
+			   AttrNumber status_att, const char *fname)
+{
+	AttrNumber	version_att = user_column(relid, table, version_col, fname);
+	Oid			type;
+
+	if (version_att == status_att)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s: the version column must differ from the status column",
+						fname)));
+	type = get_atttype(relid, version_att);
+	if (type != INT4OID && type != INT8OID)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATATYPE_MISMATCH),
+				 errmsg("%s: version column \"%s\" must be of type integer or bigint",
+						fname, version_col),
+				 errdetail("Column \"%s\" of table %s is of type %s.",
+						   version_col, table, format_type_be(type))));
+	return version_att;
+}
+
+/* CREATE TRIGGER the triggers of guard g (see the header).  Inside SPI. */
+static void
+create_guard_triggers(const GuardSpec *g, bool history)
+{
+	const char *qcol = quote_identifier(g->status_col);
+	char	   *func = psprintf("%s.idem_guard_trigger(%s, %s, %s, ", g->qnsp, g->qmachine,
+								quote_literal_cstr(g->status_col),
+								quote_literal_cstr(g->version_col ? g->version_col : ""));
+
+	create_guard_trigger(psprintf("CREATE TRIGGER %s AFTER UPDATE OF %s ON %s FOR EACH ROW"
+								  " WHEN (NOT %s.idem_guard_allows(%s, OLD.%s, NEW.%s))"
+								  " EXECUTE FUNCTION %s'" IDEM_GUARD_ROLE_CHECK "')",
+								  quote_identifier(guard_trigger_name("check", g->status_col)),
+								  qcol, g->table, g->qnsp, g->qmachine, qcol, qcol, func));
+	create_guard_trigger(psprintf("CREATE TRIGGER %s AFTER INSERT ON %s FOR EACH ROW"
+								  " WHEN (NEW.%s IS NULL OR NOT %s.idem_guard_allows(%s, NULL, NEW.%s))"
+								  " EXECUTE FUNCTION %s'" IDEM_GUARD_ROLE_CHECK "')",
+								  quote_identifier(guard_trigger_name("insert", g->status_col)),
+								  g->table, qcol, g->qnsp, g->qmachine, qcol, func));
+	/* OF both columns, so that the version column cannot be dropped alone. */
+	if (g->version_col != NULL)
+		create_guard_trigger(psprintf("CREATE TRIGGER %s BEFORE UPDATE OF %s, %s ON %s FOR EACH ROW"
+									  " WHEN ((OLD.%s IS NULL) OPERATOR(pg_catalog.<>) (NEW.%s IS NULL)"
+									  " OR OLD.%s OPERATOR(pg_catalog.<>) NEW.%s)"
+									  " EXECUTE FUNCTION %s'" IDEM_GUARD_ROLE_VERSION "')",
+									  quote_identifier(guard_trigger_name("version", g->status_col)),
+									  qcol, quote_identifier(g->version_col), g->table,
+									  qcol, qcol, qcol, qcol, func));
+	/* On Citus, the log trigger names its co-located history table. */
+	if (history)
+		create_guard_trigger(psprintf("CREATE TRIGGER %s AFTER INSERT OR UPDATE OF %s ON %s"
+									  " FOR EACH ROW EXECUTE FUNCTION %s'" IDEM_GUARD_ROLE_LOG "'%s%s)",
+									  quote_identifier(guard_trigger_name("log", g->status_col)),
+									  qcol, g->table, func,
+									  g->history_table ? ", " : "",
+									  g->history_table ? quote_literal_cstr(g->history_table) : ""));
+}
+
+/* ------------------------------------------------------------------------
+ * Guards on Citus distributed tables
+ * ------------------------------------------------------------------------
+ */
+
+/*
+ * Let Citus put the triggers on every shard (citus.enable_unsafe_triggers)
+ * until citus_guc_end(level).  The caller's citus.multi_shard_modify_mode
+ * is kept: Citus refuses to switch a transaction that ran a parallel
+ * query to sequential DDL.
+ */
+static int
+citus_guc_begin(void)
+{
+	int			level = NewGUCNestLevel();
+
+	(void) set_config_option("citus.enable_unsafe_triggers", "on", PGC_USERSET,
+							 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	return level;
+}
+
+static void
+citus_guc_end(int level)
+{
+	AtEOXact_GUC(true, level);
+}
+
+static void
+spi_run(const char *sql, int expect)
+{
+	if (SPI_execute(sql, false, 0) != expect)
+		elog(ERROR, "SPI_execute failed: %s", sql);
+}
+
+/*
+ * The history table of a guard on the Citus distributed table relid
+ * (distribution column distatt, co-location group colocation): created
+ * when missing as <table>_transitions in the table's schema (clipped and
+ * hashed as trigger names are when too long), distributed by a first
+ * column of the same name, type and collation as distatt and co-located
+ * with relid, so that a row and its history are on one shard; reused when
+ * it exists and is such a table (else 42P07).  Not public.  Returns its
+ * schema-qualified, quoted name.  Inside SPI.
+ */
+static char *
+citus_history_table(Oid relid, const char *table, AttrNumber distatt,
+					int32 colocation, const char *fname)
+{
+	Oid			nspid = get_rel_namespace(relid);
+	char	   *relname = get_rel_name(relid);
+	char	   *hname;
+	char	   *qname;
+	char	   *distcol = get_attname(relid, distatt, false);
+	Oid			existing;
+	Oid			typid;
+	int32		typmod;
+	Oid			collid;
+
+	hname = strlen(relname) + strlen("_transitions") < NAMEDATALEN ?
+		psprintf("%s_transitions", relname) :
+		psprintf("%.*s_%08x_transitions",
+				 pg_mbcliplen(relname, strlen(relname), NAMEDATALEN - 1 - 21), relname,
+				 hash_bytes((const unsigned char *) relname, strlen(relname)));
+	qname = quote_qualified_identifier(get_namespace_name(nspid), hname);
+	existing = get_relname_relid(hname, nspid);
+	if (OidIsValid(existing))
+	{
+		char		method;
+		AttrNumber	att;
+		int32		coloc;
+		char	   *first = get_attname(existing, 1, true);
+
+		if (!idem_citus_partition(existing, &method, &att, &coloc) || method != 'h' ||
+			att != 1 || coloc != colocation || first == NULL || strcmp(first, distcol) != 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_DUPLICATE_TABLE),
+					 errmsg("%s: relation %s exists and is not the history table of %s",
+							fname, qname, table),
+					 errdetail("The history of a guard on a distributed table goes to %s, distributed by its first column \"%s\" and co-located with %s.",
+							   qname, distcol, table),
+					 errhint("Rename or drop %s, or call idem_guard with history => false.", qname)));
+		return qname;
+	}
+
+	get_atttypetypmodcoll(relid, distatt, &typid, &typmod, &collid);
+	spi_run(psprintf("CREATE TABLE %s (%s %s%s%s NOT NULL,"
+					 " table_name pg_catalog.text NOT NULL,"
+					 " status_column pg_catalog.text NOT NULL,"
+					 " row_key pg_catalog.jsonb,"
+					 " from_state pg_catalog.text,"
+					 " to_state pg_catalog.text,"
+					 " changed_at pg_catalog.timestamptz NOT NULL,"
+					 " logged_at pg_catalog.timestamptz NOT NULL,"
+					 " xact_id pg_catalog.xid8 NOT NULL)",
+					 qname, quote_identifier(distcol),
+					 format_type_extended(typid, typmod,
+										  FORMAT_TYPE_TYPEMOD_GIVEN | FORMAT_TYPE_FORCE_QUALIFY),
+					 OidIsValid(collid) ? " COLLATE " : "",
+					 OidIsValid(collid) ? generate_collation_name(collid) : ""),
+			SPI_OK_UTILITY);
+	spi_run(psprintf("REVOKE ALL ON TABLE %s FROM PUBLIC", qname), SPI_OK_UTILITY);
+	spi_run(psprintf("COMMENT ON TABLE %s IS %s", qname,
+					 quote_literal_cstr(psprintf("Status changes of %s (idem_guard with history), co-located with it", table))),
+			SPI_OK_UTILITY);
+	spi_run(psprintf("SELECT pg_catalog.create_distributed_table(%s::pg_catalog.regclass, %s,"
+					 " colocate_with => %s)",
+					 quote_literal_cstr(qname), quote_literal_cstr(distcol),
+					 quote_literal_cstr(table)),
+			SPI_OK_SELECT);
+	spi_run(psprintf("CREATE INDEX ON %s (%s, logged_at)", qname, quote_identifier(distcol)),
+			SPI_OK_UTILITY);
+	return qname;
+}
+
 /*
  * idem_guard(tbl regclass, status_column name, machine text,
  *            version_column name DEFAULT NULL, history boolean DEFAULT false)
@@ -302,7 +509,10 @@ name_arg(FunctionCallInfo fcinfo, int argno, const char *what, const char *fname
  * transaction), 42501 (no TRIGGER privilege on tbl), 42809 (not a table),
  * 0A000 (partitioned table), 42703 (no such column), 42804 (status not
  * text/varchar, version not integer/bigint), 22023 (version column is the
- * status column), 42704 (no such machine).
+ * status column), 42704 (no such machine); on Citus, 0A000 (a Citus table
+ * that is not hash-distributed, or the distribution column as status or
+ * version column) and 42P07 (<table>_transitions exists and is not its
+ * history table).
  */
 Datum
 idem_guard(PG_FUNCTION_ARGS)
@@ -310,25 +520,26 @@ idem_guard(PG_FUNCTION_ARGS)
 	const char *fname = "idem_guard";
 	Oid			nsp = idem_extension_schema(fcinfo);
 	Oid			relid;
-	char	   *status_col;
-	char	   *version_col = NULL;
+	GuardSpec	g;
 	text	   *machine;
 	bool		history;
-	char	   *table;
 	AttrNumber	status_att;
+	AttrNumber	version_att = 0;
 	Oid			type;
-	const char *qnsp;
-	const char *qcol;
-	char	   *qmachine;
-	char	   *func;
 	bool		cached;
+	bool		citus;
+	char		method;
+	AttrNumber	distatt = 0;
+	int32		colocation = 0;
+	int			level = 0;
 
 	if (PG_ARGISNULL(0))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("%s: tbl must not be null", fname)));
 	relid = PG_GETARG_OID(0);
-	status_col = name_arg(fcinfo, 1, "status_column", fname);
+	memset(&g, 0, sizeof(g));
+	g.status_col = name_arg(fcinfo, 1, "status_column", fname);
 	if (PG_ARGISNULL(2))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
@@ -336,7 +547,7 @@ idem_guard(PG_FUNCTION_ARGS)
 	machine = PG_GETARG_TEXT_PP(2);
 	idem_check_machine_name(VARDATA_ANY(machine), VARSIZE_ANY_EXHDR(machine), fname);
 	if (!PG_ARGISNULL(3))
-		version_col = pstrdup(NameStr(*PG_GETARG_NAME(3)));
+		g.version_col = pstrdup(NameStr(*PG_GETARG_NAME(3)));
 	if (PG_ARGISNULL(4))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
@@ -345,77 +556,49 @@ idem_guard(PG_FUNCTION_ARGS)
 
 	idem_check_writable(fname);
 
-	table = lock_guarded_table(relid, ShareRowExclusiveLock, fname);
-	idem_refuse_citus_table(relid, table, fname);
+	g.table = lock_guarded_table(relid, ShareRowExclusiveLock, fname);
+	citus = idem_citus_guardable(relid, g.table, fname);
 
-	status_att = user_column(relid, table, status_col, fname);
+	status_att = user_column(relid, g.table, g.status_col, fname);
 	type = get_atttype(relid, status_att);
 	if (getBaseType(type) != TEXTOID && getBaseType(type) != VARCHAROID)
 		ereport(ERROR,
 				(errcode(ERRCODE_DATATYPE_MISMATCH),
 				 errmsg("%s: status column \"%s\" must be of type text or varchar",
-						fname, status_col),
+						fname, g.status_col),
 				 errdetail("Column \"%s\" of table %s is of type %s.",
-						   status_col, table, format_type_be(type))));
-	if (version_col != NULL)
+						   g.status_col, g.table, format_type_be(type))));
+	if (g.version_col != NULL)
+		version_att = version_column(relid, g.table, g.version_col, status_att, fname);
+	if (citus)
 	{
-		AttrNumber	version_att = user_column(relid, table, version_col, fname);
-
-		if (version_att == status_att)
+		(void) idem_citus_partition(relid, &method, &distatt, &colocation);
+		if (status_att == distatt || version_att == distatt)
 			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("%s: the version column must differ from the status column",
-							fname)));
-		type = get_atttype(relid, version_att);
-		if (type != INT4OID && type != INT8OID)
-			ereport(ERROR,
-					(errcode(ERRCODE_DATATYPE_MISMATCH),
-					 errmsg("%s: version column \"%s\" must be of type integer or bigint",
-							fname, version_col),
-					 errdetail("Column \"%s\" of table %s is of type %s.",
-							   version_col, table, format_type_be(type))));
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("%s: column \"%s\" is the distribution column of %s",
+							fname, get_attname(relid, distatt, false), g.table),
+					 errdetail("Citus does not let an UPDATE change the distribution column, so it can be neither the status nor the version column of a guard.")));
 	}
 
 	/* The machine must exist (42704); it is compiled into the cache. */
 	(void) idem_machine_get(nsp, VARDATA_ANY(machine), VARSIZE_ANY_EXHDR(machine),
 							fname, &cached);
 
-	qnsp = quote_identifier(get_namespace_name(nsp));
-	qcol = quote_identifier(status_col);
-	qmachine = quote_literal_cstr(text_to_cstring(machine));
-	func = psprintf("%s.idem_guard_trigger(%s, %s, %s, ", qnsp, qmachine,
-					quote_literal_cstr(status_col),
-					quote_literal_cstr(version_col ? version_col : ""));
+	g.qnsp = quote_identifier(get_namespace_name(nsp));
+	g.qmachine = quote_literal_cstr(text_to_cstring(machine));
 
 	idem_spi_connect();
+	if (citus)
+		level = citus_guc_begin();
+	if (citus && history)
+		g.history_table = citus_history_table(relid, g.table, distatt, colocation, fname);
 
-	drop_guard_triggers(relid, nsp, status_att, table);
+	drop_guard_triggers(relid, nsp, status_att, g.table);
+	create_guard_triggers(&g, history);
 
-	create_guard_trigger(psprintf("CREATE TRIGGER %s AFTER UPDATE OF %s ON %s FOR EACH ROW"
-								  " WHEN (NOT %s.idem_guard_allows(%s, OLD.%s, NEW.%s))"
-								  " EXECUTE FUNCTION %s'" IDEM_GUARD_ROLE_CHECK "')",
-								  quote_identifier(guard_trigger_name("check", status_col)),
-								  qcol, table, qnsp, qmachine, qcol, qcol, func));
-	create_guard_trigger(psprintf("CREATE TRIGGER %s AFTER INSERT ON %s FOR EACH ROW"
-								  " WHEN (NEW.%s IS NULL OR NOT %s.idem_guard_allows(%s, NULL, NEW.%s))"
-								  " EXECUTE FUNCTION %s'" IDEM_GUARD_ROLE_CHECK "')",
-								  quote_identifier(guard_trigger_name("insert", status_col)),
-								  table, qcol, qnsp, qmachine, qcol, func));
-	/* OF both columns, so that the version column cannot be dropped alone. */
-	if (version_col != NULL)
-		create_guard_trigger(psprintf("CREATE TRIGGER %s BEFORE UPDATE OF %s, %s ON %s FOR EACH ROW"
-									  " WHEN ((OLD.%s IS NULL) OPERATOR(pg_catalog.<>) (NEW.%s IS NULL)"
-									  " OR OLD.%s OPERATOR(pg_catalog.<>) NEW.%s)"
-									  " EXECUTE FUNCTION %s'" IDEM_GUARD_ROLE_VERSION "')",
-									  quote_identifier(guard_trigger_name("version", status_col)),
-									  qcol, quote_identifier(version_col), table,
-									  qcol, qcol, qcol, qcol, func));
-	if (history)
-		create_guard_trigger(psprintf("CREATE TRIGGER %s AFTER INSERT OR UPDATE OF %s ON %s"
-									  " FOR EACH ROW EXECUTE FUNCTION %s'" IDEM_GUARD_ROLE_LOG "')",
-									  quote_identifier(guard_trigger_name("log", status_col)),
-									  qcol, table, func));
-
+	if (citus)
+		citus_guc_end(level);
 	SPI_finish();
 	PG_RETURN_VOID();
 }
@@ -437,6 +620,8 @@ idem_unguard(PG_FUNCTION_ARGS)
 	char	   *status_col;
 	char	   *table;
 	AttrNumber	status_att;
+	bool		citus;
+	int			level = 0;
 
 	if (PG_ARGISNULL(0))
 		ereport(ERROR,
@@ -448,14 +633,20 @@ idem_unguard(PG_FUNCTION_ARGS)
 	idem_check_writable(fname);
 
 	table = lock_guarded_table(relid, AccessExclusiveLock, fname);
+	/* Any Citus table: a guard copied to its shards is removed from them. */
+	citus = idem_citus_table(relid);
 	status_att = user_column(relid, table, status_col, fname);
 
 	idem_spi_connect();
+	if (citus)
+		level = citus_guc_begin();
 	if (drop_guard_triggers(relid, nsp, status_att, table) == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("%s: column \"%s\" of table %s has no guard",
 						fname, status_col, table)));
+	if (citus)
+		citus_guc_end(level);
 	SPI_finish();
 	PG_RETURN_VOID();
 }

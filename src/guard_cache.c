@@ -8,7 +8,10 @@
  *	  plan).  Used by guard_trigger.c at every firing.
  *
  *	  Calls: machine.c and machine_cache.c (idem_check_machine_name,
- *	  idem_machine_get); called by guard_trigger.c only.
+ *	  idem_machine_get), citus.c (is the firing relation a Citus shard: then
+ *	  the entry names the distributed table, in messages and history, and
+ *	  keeps the shard's hash range for the history); called by
+ *	  guard_trigger.c only.
  *
  *	  Cache: trigger OID -> GuardEntry, in a dynahash in
  *	  CacheMemoryContext, found through fn_extra without a hash lookup.  A
@@ -83,7 +86,7 @@ static bool guard_callback_registered = false;
 
 /* Relcache callback: mark the entries of relid (or all) stale; free nothing. */
 static void
-guard_cache_callback(Datum arg, Oid relid)
+guard_cache_callback(Oid relid)
 {
 	HASH_SEQ_STATUS seq;
 	GuardEntry *e;
@@ -195,6 +198,31 @@ guard_entry_version(GuardEntry *e, TriggerData *td, const char *table)
 	e->version_int8 = (attr->atttypid == INT8OID);
 }
 
+/*
+ * The role of a trigger, from its arguments as idem_guard wrote them (a
+ * fifth only for the log trigger of a guard on a Citus distributed table:
+ * its history table); 39P01 for anything else.
+ */
+static GuardRole
+guard_role(Trigger *tg)
+{
+	GuardRole	role = GUARD_CHECK;
+
+	if (tg->tgnargs != IDEM_GUARD_NARGS && tg->tgnargs != IDEM_GUARD_NARGS + 1)
+		idem_not_a_guard(tg);
+	if (strcmp(tg->tgargs[3], IDEM_GUARD_ROLE_CHECK) == 0)
+		role = GUARD_CHECK;
+	else if (strcmp(tg->tgargs[3], IDEM_GUARD_ROLE_VERSION) == 0)
+		role = GUARD_VERSION;
+	else if (strcmp(tg->tgargs[3], IDEM_GUARD_ROLE_LOG) == 0)
+		role = GUARD_LOG;
+	else
+		idem_not_a_guard(tg);
+	if (tg->tgnargs > IDEM_GUARD_NARGS && role != GUARD_LOG)
+		idem_not_a_guard(tg);
+	return role;
+}
+
 /* The cache entry of the firing trigger, built on first use. */
 static GuardEntry *
 guard_entry(TriggerData *td)
@@ -208,6 +236,8 @@ guard_entry(TriggerData *td)
 	bool		found;
 	char	   *nspname;
 	char	   *table;
+	Oid			logical = InvalidOid;
+	char	   *shard_min = NULL;
 
 	if (guard_cache != NULL && !guard_cache_dirty)
 	{
@@ -218,7 +248,7 @@ guard_entry(TriggerData *td)
 
 	if (!guard_callback_registered)
 	{
-		CacheRegisterRelcacheCallback(guard_cache_callback, (Datum) 0);
+		idem_relcache_subscribe(guard_cache_callback);
 		guard_callback_registered = true;
 	}
 	if (guard_cache == NULL)
@@ -248,19 +278,18 @@ guard_entry(TriggerData *td)
 	e->stale = false;
 	e->relid = RelationGetRelid(rel);
 
-	/* Arguments, as idem_guard wrote them. */
-	if (tg->tgnargs != IDEM_GUARD_NARGS)
-		idem_not_a_guard(tg);
-	if (strcmp(tg->tgargs[3], IDEM_GUARD_ROLE_CHECK) == 0)
-		e->role = GUARD_CHECK;
-	else if (strcmp(tg->tgargs[3], IDEM_GUARD_ROLE_VERSION) == 0)
-		e->role = GUARD_VERSION;
-	else if (strcmp(tg->tgargs[3], IDEM_GUARD_ROLE_LOG) == 0)
-		e->role = GUARD_LOG;
+	e->role = guard_role(tg);
+
+	/* On a Citus shard, messages and history name the distributed table. */
+	e->on_shard = idem_citus_shard_rel(rel, &logical, NULL, &shard_min);
+	if (e->on_shard)
+		table = quote_qualified_identifier(get_namespace_name(get_rel_namespace(logical)),
+										   get_rel_name(logical));
 	else
-		idem_not_a_guard(tg);
-	nspname = get_namespace_name(RelationGetNamespace(rel));
-	table = quote_qualified_identifier(nspname, RelationGetRelationName(rel));
+	{
+		nspname = get_namespace_name(RelationGetNamespace(rel));
+		table = quote_qualified_identifier(nspname, RelationGetRelationName(rel));
+	}
 
 	/*
 	 * The status column: the one UPDATE OF column when there is one (it
@@ -288,6 +317,8 @@ guard_entry(TriggerData *td)
 	old = MemoryContextSwitchTo(e->cxt);
 	e->table_name = pstrdup(table);
 	e->status_name = pstrdup(NameStr(attr->attname));
+	e->shard_min = shard_min ? pstrdup(shard_min) : NULL;
+	e->history_table = tg->tgnargs > IDEM_GUARD_NARGS ? pstrdup(tg->tgargs[4]) : NULL;
 	MemoryContextSwitchTo(old);
 
 	{

@@ -10,10 +10,16 @@
  *	  said no, finds out why and raises ID004; "version", a BEFORE UPDATE
  *	  trigger that sets the version column to the old version + 1 on every
  *	  change of the status; "log", an AFTER trigger that appends each
- *	  change to idem_transition_log through a saved plan.
+ *	  change to idem_transition_log through a saved plan, or, for a guard
+ *	  on a Citus distributed table, to the history table named by its fifth
+ *	  argument: on a shard, directly into the placement of that table's
+ *	  co-located shard on this node (citus.c finds it in pg_dist_shard), a
+ *	  local INSERT in the shard's own transaction, never a distributed query
+ *	  from the shard.
  *
- *	  Calls: guard_cache.c for the trigger's entry and its machine, and
- *	  machine.c's questions; nothing in the chain calls back here.
+ *	  Calls: guard_cache.c for the trigger's entry and its machine,
+ *	  machine.c's questions, citus.c for the history shard; nothing in the
+ *	  chain calls back here.
  *
  *	  Errors: raised inside the user's statement, which rolls back.  Their
  *	  messages begin with what the user did, "guarded update of <table>"
@@ -33,7 +39,9 @@
 
 #include "access/htup_details.h"
 #include "access/sysattr.h"
+#include "access/table.h"
 #include "access/xact.h"
+#include "catalog/namespace.h"
 #include "catalog/objectaddress.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_trigger.h"
@@ -55,6 +63,7 @@
 #include "utils/rel.h"
 #include "utils/relcache.h"
 #include "utils/syscache.h"
+#include "utils/varlena.h"
 #include "utils/xid8.h"
 
 #include "idempotency.h"
@@ -249,14 +258,78 @@ guard_check(GuardEntry *e, FunctionCallInfo fcinfo, TriggerData *td)
  */
 
 /*
+ * The history table of a guard on a Citus distributed table, as the
+ * relation to insert into: on a shard, the placement on this node of the
+ * history table's co-located shard (the same shardminvalue), found through
+ * Citus's catalogs, so that the row and its history change on one shard,
+ * in one local transaction, with no distributed query from the shard.
+ * Sets e->dist_att to the guarded table's column that fills the history
+ * table's first column (its distribution column, of the same name and
+ * type), and *disttype to its type.
+ */
+static char *
+guard_history_target(GuardEntry *e, TriggerData *td, Oid *disttype)
+{
+	Relation	rel = td->tg_relation;
+	const char *doing = idem_guard_doing(td, e->table_name);
+	List	   *names = textToQualifiedNameList(cstring_to_text(e->history_table));
+	Oid			hist = RangeVarGetRelid(makeRangeVarFromNameList(names), NoLock, true);
+	Oid			target = hist;
+	Relation	h;
+	Form_pg_attribute first = NULL;
+	int			i;
+	char	   *name;
+
+	/* Citus creates a table's metadata on the workers when it commits. */
+	if (!OidIsValid(hist))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("%s: history table %s does not exist on this node",
+						doing, e->history_table),
+				 errdetail("A history table that idem_guard created is known to the workers once its transaction commits."),
+				 errhint("Commit the transaction that called idem_guard before writing the table; if the history table was dropped, install the guard again with idem_guard().")));
+	if (e->on_shard)
+		target = idem_citus_local_placement(hist, e->shard_min);
+	if (!OidIsValid(target))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("%s: history table %s has no shard on this node co-located with the row",
+						doing, e->history_table),
+				 errdetail("The history of a guard on a distributed table is written to the shard of its history table that is co-located with the row's shard."),
+				 errhint("Keep the history table co-located with the guarded table, or install the guard again with idem_guard().")));
+	h = table_open(target, AccessShareLock);
+	for (i = 0; i < RelationGetDescr(h)->natts && first == NULL; i++)
+		if (!TupleDescAttr(RelationGetDescr(h), i)->attisdropped)
+			first = TupleDescAttr(RelationGetDescr(h), i);
+	e->dist_att = first ? SPI_fnumber(RelationGetDescr(rel), NameStr(first->attname)) : 0;
+	if (first == NULL || e->dist_att <= 0 ||
+		TupleDescAttr(RelationGetDescr(rel), e->dist_att - 1)->atttypid != first->atttypid)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATATYPE_MISMATCH),
+				 errmsg("%s: the first column of history table %s is not a column of the guarded table",
+						doing, e->history_table),
+				 errdetail("The first column of the history table holds the row's distribution column, of the same name and type."),
+				 errhint("Install the guard again with idem_guard().")));
+	*disttype = first->atttypid;
+	name = quote_qualified_identifier(get_namespace_name(RelationGetNamespace(h)),
+									  RelationGetRelationName(h));
+	table_close(h, AccessShareLock);
+	return name;
+}
+
+/*
  * Prepare the INSERT into idem_transition_log for this entry's table:
  * $1 table, $2 column, $3 from, $4 to, $5 xact id, $6... the primary key
  * columns, turned into a jsonb object by jsonb_build_object (so each value
- * keeps its JSON type).  Called between SPI_connect and SPI_finish.
+ * keeps its JSON type).  For a guard on a Citus distributed table, the
+ * INSERT goes to its history table (guard_history_target), whose first
+ * column takes the row's distribution column as the last parameter, and
+ * logged_at the clock.  Called between SPI_connect and SPI_finish.
  */
 static void
-guard_log_prepare(GuardEntry *e, Relation rel, Oid nsp)
+guard_log_prepare(GuardEntry *e, TriggerData *td, Oid nsp)
 {
+	Relation	rel = td->tg_relation;
 	TupleDesc	desc = RelationGetDescr(rel);
 	Bitmapset  *pk = RelationGetIndexAttrBitmap(rel, INDEX_ATTR_BITMAP_PRIMARY_KEY);
 	char	   *nspname = get_namespace_name(nsp);
@@ -266,25 +339,46 @@ guard_log_prepare(GuardEntry *e, Relation rel, Oid nsp)
 	int			x = -1;
 	int			i = 0;
 	SPIPlanPtr	plan;
+	Oid			disttype = InvalidOid;
+	char	   *target = NULL;
 
 	if (nspname == NULL)
 		elog(ERROR, "cache lookup failed for schema %u", nsp);
+	if (e->history_table != NULL)
+		target = guard_history_target(e, td, &disttype);
+	else if (e->on_shard)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("%s: this guard writes its history to idem_transition_log, which is not co-located with the shard",
+						idem_guard_doing(td, e->table_name)),
+				 errdetail("The guard was installed before the table was distributed."),
+				 errhint("Install the guard again with idem_guard() on the distributed table: its history then goes to a table co-located with it.")));
 
 	e->npk = npk;
 	e->pk_atts = MemoryContextAlloc(e->cxt, sizeof(AttrNumber) * Max(npk, 1));
-	argtypes = palloc(sizeof(Oid) * (5 + npk));
+	argtypes = palloc(sizeof(Oid) * (6 + npk));
 	argtypes[0] = TEXTOID;
 	argtypes[1] = TEXTOID;
 	argtypes[2] = TEXTOID;
 	argtypes[3] = TEXTOID;
 	argtypes[4] = XID8OID;
+	argtypes[5 + npk] = disttype;
 
 	initStringInfo(&sql);
-	appendStringInfo(&sql,
-					 "INSERT INTO %s.idem_transition_log"
-					 " (table_name, status_column, row_key, from_state, to_state, xact_id)"
-					 " VALUES ($1, $2, ",
-					 quote_identifier(nspname));
+	if (target != NULL)
+		appendStringInfo(&sql,
+						 "INSERT INTO %s (%s, table_name, status_column, row_key,"
+						 " from_state, to_state, changed_at, logged_at, xact_id)"
+						 " VALUES ($%d, $1, $2, ",
+						 target,
+						 quote_identifier(NameStr(TupleDescAttr(desc, e->dist_att - 1)->attname)),
+						 6 + npk);
+	else
+		appendStringInfo(&sql,
+						 "INSERT INTO %s.idem_transition_log"
+						 " (table_name, status_column, row_key, from_state, to_state, xact_id)"
+						 " VALUES ($1, $2, ",
+						 quote_identifier(nspname));
 	if (npk == 0)
 		appendStringInfoString(&sql, "NULL");
 	else
@@ -307,9 +401,11 @@ guard_log_prepare(GuardEntry *e, Relation rel, Oid nsp)
 		}
 		appendStringInfoChar(&sql, ')');
 	}
-	appendStringInfoString(&sql, ", $3, $4, $5)");
+	appendStringInfoString(&sql, target != NULL ?
+						   ", $3, $4, pg_catalog.now(), pg_catalog.clock_timestamp(), $5)" :
+						   ", $3, $4, $5)");
 
-	plan = SPI_prepare(sql.data, 5 + npk, argtypes);
+	plan = SPI_prepare(sql.data, 5 + npk + (target != NULL ? 1 : 0), argtypes);
 	if (plan == NULL)
 		elog(ERROR, "SPI_prepare failed for \"%s\": %s",
 			 sql.data, SPI_result_code_string(SPI_result));
@@ -345,11 +441,11 @@ guard_log(GuardEntry *e, FunctionCallInfo fcinfo, TriggerData *td)
 
 	idem_spi_connect();
 	if (e->log_plan == NULL)
-		guard_log_prepare(e, rel, idem_extension_schema(fcinfo));
+		guard_log_prepare(e, td, idem_extension_schema(fcinfo));
 
-	values = palloc(sizeof(Datum) * (5 + e->npk));
-	nulls = palloc(5 + e->npk);
-	memset(nulls, ' ', 5 + e->npk);
+	values = palloc(sizeof(Datum) * (6 + e->npk));
+	nulls = palloc(6 + e->npk);
+	memset(nulls, ' ', 6 + e->npk);
 	values[0] = CStringGetTextDatum(e->table_name);
 	values[1] = CStringGetTextDatum(e->status_name);
 	values[2] = PointerGetDatum(from);
@@ -366,6 +462,14 @@ guard_log(GuardEntry *e, FunctionCallInfo fcinfo, TriggerData *td)
 		values[5 + i] = heap_getattr(row, e->pk_atts[i], desc, &isnull);
 		if (isnull)
 			nulls[5 + i] = 'n';
+	}
+	if (e->history_table != NULL)
+	{
+		bool		isnull;
+
+		values[5 + e->npk] = heap_getattr(row, e->dist_att, desc, &isnull);
+		if (isnull)
+			nulls[5 + e->npk] = 'n';
 	}
 
 	e->busy = true;
@@ -390,7 +494,11 @@ guard_log(GuardEntry *e, FunctionCallInfo fcinfo, TriggerData *td)
  * BEFORE: fails with ID004 (an illegal initial state or transition, or a
  * value that is not a state), 42704 (the machine was dropped), 22004/22003
  * (the version column is NULL or would overflow), 42804/42703 (a column
- * changed type or vanished since idem_guard).  AFTER: writes the history.
+ * changed type or vanished since idem_guard).  AFTER: writes the history;
+ * on a Citus shard fails with 0A000 (a guard made before the table was
+ * distributed, whose history would not be co-located), 55000 (the history
+ * table, or its co-located shard, is not on this node), 42804 (its first
+ * column is not the guarded table's distribution column).
  */
 Datum
 idem_guard_trigger(PG_FUNCTION_ARGS)

@@ -27,6 +27,7 @@
 #include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/inval.h"
 #include "utils/timestamp.h"
 
 #include "idempotency.h"
@@ -107,6 +108,34 @@ assign_default_ttl(const char *newval, void *extra)
 	default_ttl = (TtlSetting *) extra;
 }
 
+/* The forget functions of the caches (direct.c, shard.c, citus_local.c...). */
+#define IDEM_MAX_RELCACHE_SUBSCRIBERS 8
+static IdemRelcacheForget relcache_subscribers[IDEM_MAX_RELCACHE_SUBSCRIBERS];
+static int	n_relcache_subscribers = 0;
+
+static void
+relcache_dispatch(Datum arg, Oid relid)
+{
+	for (int i = 0; i < n_relcache_subscribers; i++)
+		relcache_subscribers[i] (relid);
+}
+
+/*
+ * Have forget(relid) called at every relcache invalidation (relid
+ * InvalidOid: all relations).  Idempotent; a cache calls it before it
+ * first fills itself.
+ */
+void
+idem_relcache_subscribe(IdemRelcacheForget forget)
+{
+	for (int i = 0; i < n_relcache_subscribers; i++)
+		if (relcache_subscribers[i] == forget)
+			return;
+	if (n_relcache_subscribers == IDEM_MAX_RELCACHE_SUBSCRIBERS)
+		elog(ERROR, "too many relcache subscribers");
+	relcache_subscribers[n_relcache_subscribers++] = forget;
+}
+
 void
 _PG_init(void)
 {
@@ -162,6 +191,7 @@ _PG_init(void)
 	MarkGUCPrefixReserved("idempotency");
 
 	idem_query_init();
+	CacheRegisterRelcacheCallback(relcache_dispatch, (Datum) 0);
 }
 
 /*

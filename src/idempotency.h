@@ -22,8 +22,9 @@
  *	                     into idem_records without SPI
  *	    direct_table.c   is idem_records as the install script made it
  *	                     (shape, constraints, primary key)?
- *	    citus.c          what Citus's catalogs say; errors for what does
- *	                     not hold on Citus yet
+ *	    citus.c          what Citus's catalogs say (tables, shards, local
+ *	                     placements); errors for what does not hold on
+ *	                     Citus yet
  *	    citus_local.c    the fast path on this node's shard of a key
  *	    batch.c          idem_claim_many: batch claims in canonical key order
  *	    lease.c          idem_begin, idem_heartbeat, idem_finish, idem_fail,
@@ -35,7 +36,7 @@
  *	                     on a compiled machine
  *	    machine_cache.c  the per-backend machine cache, idem_machines_trigger
  *	    transition.c     idem_machine_define/drop, idem_can_transition,
- *	                     idem_transition, idem_guard_allows
+ *	                     idem_transition, idem_sources, idem_guard_allows
  *	    guard_cache.c    the per-backend cache of guard triggers
  *	    guard_trigger.c  idem_guard_trigger: a guard at run time
  *	    guard.c          idem_guard, idem_unguard: the guard installer
@@ -54,7 +55,8 @@
  *	  call claim.c; the files with F_at twins (claim.c, records.c,
  *	  lease.c, token.c, batch.c) call shard.c; the state machines form the
  *	  chain machine.c <- machine_cache.c <- transition.c -> guard.c, and
- *	  guard_trigger.c -> guard_cache.c -> machine_cache.c.
+ *	  guard_trigger.c -> guard_cache.c -> machine_cache.c; machine_cache.c,
+ *	  guard.c, guard_cache.c and guard_trigger.c also call citus.c.
  *
  *-------------------------------------------------------------------------
  */
@@ -131,6 +133,10 @@ typedef enum IdemStatKind
 } IdemStatKind;
 
 /* idempotency.c: validation shared by the SQL-callable functions */
+/* One relcache callback for every cache of the extension (idempotency.c). */
+typedef void (*IdemRelcacheForget) (Oid relid);
+extern void idem_relcache_subscribe(IdemRelcacheForget forget);
+
 extern text *idem_arg_scope(FunctionCallInfo fcinfo, int argno, const char *fname);
 extern text *idem_arg_key(FunctionCallInfo fcinfo, int argno, const char *fname);
 extern void idem_check_key(text *key, const char *fname);
@@ -333,7 +339,13 @@ extern bool idem_citus_table(Oid relid);
 extern Relation idem_citus_local_shard(Relation records, text *key);
 extern bool idem_citus_shard_of(Relation rel, Oid logical);
 extern void idem_refuse_citus_worker_tokens(bool records_citus, const char *fname);
-extern void idem_refuse_citus_table(Oid relid, const char *table, const char *fname);
+/* guards on distributed tables (guard.c, guard_cache.c, machine_cache.c) */
+extern bool idem_citus_partition(Oid relid, char *method, AttrNumber *distatt,
+								 int32 *colocation);
+extern bool idem_citus_guardable(Oid relid, const char *table, const char *fname);
+extern bool idem_citus_shard_rel(Relation rel, Oid *logical, int64 *shardid,
+								 char **minvalue);
+extern Oid	idem_citus_local_placement(Oid logical, const char *minvalue);
 
 /*
  * machine.c: state machine definitions, compiled.
@@ -365,6 +377,7 @@ extern bool idem_machine_allows(const IdemMachine *m, int from, int to);
 extern char *idem_machine_state_list(const IdemMachine *m);
 extern char *idem_machine_initial_list(const IdemMachine *m);
 extern char *idem_machine_targets_hint(const IdemMachine *m, int from);
+extern int	idem_machine_nstates(const IdemMachine *m);
 
 /* machine_cache.c */
 extern IdemMachine *idem_machine_get(Oid nsp, const char *name, int len,
@@ -375,7 +388,11 @@ extern Oid	idem_machines_relid(Oid nsp);
  * guard_cache.c, guard_trigger.c, guard.c: table guards.  A GuardEntry is
  * guard_cache.c's entry for one trigger.
  */
-/* The arguments of a guard trigger: machine, status column, version column or '', role. */
+/*
+ * The arguments of a guard trigger: machine, status column, version column
+ * or '', role; a log trigger on a Citus distributed table has a fifth, its
+ * history table (schema-qualified, quoted as needed).
+ */
 #define IDEM_GUARD_NARGS	4
 /* The fourth trigger argument. */
 #define IDEM_GUARD_ROLE_CHECK	"check"
@@ -405,9 +422,15 @@ typedef struct GuardEntry
 	char		machine[IDEM_MAX_MACHINE_BYTES + 1];
 	IdemMachine *m;				/* valid while m_gen is current */
 	uint64		m_gen;
-	char	   *table_name;		/* schema-qualified, quoted as needed */
+	char	   *table_name;		/* schema-qualified, quoted as needed; on a
+								 * Citus shard, the distributed table's */
 	char	   *status_name;
-	/* history (AFTER trigger only) */
+	/* on a Citus shard: its shardminvalue (NULL otherwise, or a reference table) */
+	bool		on_shard;
+	char	   *shard_min;
+	/* history (AFTER trigger only); history_table NULL: idem_transition_log */
+	char	   *history_table;
+	AttrNumber	dist_att;		/* with history_table: the distribution column */
 	int			npk;
 	AttrNumber *pk_atts;
 	SPIPlanPtr	log_plan;

@@ -547,6 +547,13 @@ idem_machine_state_name(const IdemMachine *m, int state)
 	return m->states[state].name;
 }
 
+/* The number of states; they are numbered 0 .. n - 1 in bytewise order of names. */
+int
+idem_machine_nstates(const IdemMachine *m)
+{
+	return m->nstates;
+}
+
 /* Free a compiled machine and everything it holds. */
 void
 idem_machine_free(IdemMachine *m)

@@ -11,6 +11,18 @@
  *	  machine is compiled on first use in a backend from the definition read
  *	  through SPI with the latest snapshot.
  *
+ *	  Citus: once idem_distribute() made idem_machines a reference table,
+ *	  the definition is read from this node's placement of it
+ *	  (idem_machines_<shard id>, found by citus.c in pg_dist_shard) with a
+ *	  heap scan under the same snapshot rules, not through SPI: a guard's
+ *	  trigger runs on a shard, where reading a Citus table through SQL
+ *	  would be a distributed query from a query on a shard, which Citus
+ *	  refuses.  A reference table is written on all its placements in one
+ *	  distributed transaction, so the local placement holds every committed
+ *	  definition; the statement trigger below fires on each placement and
+ *	  invalidates the caches of that node.  Without a local placement (a
+ *	  coordinator outside the metadata), SPI as before.
+ *
  *	  Invalidation: every change of idem_machines (idem_machine_define,
  *	  idem_machine_drop, and any direct DML through a statement trigger)
  *	  registers a relcache invalidation of idem_machines.  It is
@@ -39,7 +51,9 @@
  */
 #include "postgres.h"
 
+#include "access/genam.h"
 #include "access/htup_details.h"
+#include "access/table.h"
 #include "access/xact.h"
 #include "catalog/dependency.h"
 #include "catalog/pg_class.h"
@@ -47,6 +61,7 @@
 #include "commands/extension.h"
 #include "commands/trigger.h"
 #include "utils/builtins.h"
+#include "utils/fmgroids.h"
 #include "utils/hsearch.h"
 #include "utils/inval.h"
 #include "utils/jsonb.h"
@@ -104,7 +119,7 @@ machine_cache_reset(void)
 
 /* Relcache callback: any invalidation of idem_machines drops the cache. */
 static void
-machine_cache_callback(Datum arg, Oid relid)
+machine_cache_callback(Oid relid)
 {
 	if (!OidIsValid(relid) || relid == machines_relid)
 	{
@@ -122,7 +137,7 @@ machine_cache_prepare(Oid nsp)
 
 	if (!callback_registered)
 	{
-		CacheRegisterRelcacheCallback(machine_cache_callback, (Datum) 0);
+		idem_relcache_subscribe(machine_cache_callback);
 		callback_registered = true;
 	}
 	if (OidIsValid(machines_relid) && machines_nsp == nsp)
@@ -146,9 +161,72 @@ idem_machines_relid(Oid nsp)
 }
 
 /*
+ * Read the definition of a machine from placement, this node's placement
+ * of idem_machines as a Citus reference table, with a scan of the heap
+ * (no SPI, no planner, so no Citus executor: the same on a shard, inside
+ * a guard's trigger, as anywhere else); NULL when there is none.  The
+ * snapshot is the latest one outside parallel mode (*fresh), else the
+ * query's.  The definitions are readable by PUBLIC, so no privilege is
+ * checked.
+ */
+static Jsonb *
+machine_read_placement(Oid placement, text *name, bool *fresh)
+{
+	Relation	rel = table_open(placement, AccessShareLock);
+	TupleDesc	desc = RelationGetDescr(rel);
+	int			name_att = SPI_fnumber(desc, "machine");
+	int			def_att = SPI_fnumber(desc, "definition");
+	Snapshot	snap;
+	ScanKeyData skey;
+	SysScanDesc scan;
+	HeapTuple	tup;
+	Jsonb	   *def = NULL;
+
+	if (name_att <= 0 || def_att <= 0 ||
+		TupleDescAttr(desc, name_att - 1)->atttypid != TEXTOID ||
+		TupleDescAttr(desc, def_att - 1)->atttypid != JSONBOID)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("idempotency: the placement \"%s\" of idem_machines has lost its machine text or definition jsonb column",
+						RelationGetRelationName(rel))));
+	*fresh = !IsInParallelMode();
+	snap = RegisterSnapshot(*fresh ? GetLatestSnapshot() : GetActiveSnapshot());
+	/* texteq under collation "C" (ScanKeyInit's), the column's collation. */
+	ScanKeyInit(&skey, name_att, BTEqualStrategyNumber, F_TEXTEQ,
+				PointerGetDatum(name));
+	scan = systable_beginscan(rel, InvalidOid, false, snap, 1, &skey);
+	tup = systable_getnext(scan);
+	if (HeapTupleIsValid(tup))
+	{
+		bool		isnull;
+		Datum		d = heap_getattr(tup, def_att, desc, &isnull);
+
+		if (!isnull)
+			def = DatumGetJsonbPCopy(d);
+	}
+	systable_endscan(scan);
+	UnregisterSnapshot(snap);
+	table_close(rel, AccessShareLock);
+	return def;
+}
+
+/* 42704: machine (name, len) does not exist. */
+static void
+machine_missing(const char *name, int len, const char *fname)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_UNDEFINED_OBJECT),
+			 errmsg("%s: machine \"%s\" does not exist", fname,
+					pnstrdup(name, len)),
+			 errhint("Define it with idem_machine_define().")));
+}
+
+/*
  * Read the definition of a machine, copied into the caller's memory
  * context; 42704 when there is none.  *fresh is set when it was read with
- * the latest snapshot (outside parallel mode).
+ * the latest snapshot (outside parallel mode).  When idem_machines is a
+ * Citus reference table with a placement on this node, the placement is
+ * read directly (machine_read_placement), else idem_machines through SPI.
  */
 static Jsonb *
 machine_load(Oid nsp, const char *name, int len, const char *fname, bool *fresh)
@@ -158,8 +236,16 @@ machine_load(Oid nsp, const char *name, int len, const char *fname, bool *fresh)
 	SPIPlanPtr	plan;
 	int			rc;
 	Jsonb	   *def = NULL;
+	Oid			placement = idem_citus_local_placement(machines_relid, NULL);
 
 	values[0] = PointerGetDatum(cstring_to_text_with_len(name, len));
+	if (OidIsValid(placement))
+	{
+		def = machine_read_placement(placement, DatumGetTextPP(values[0]), fresh);
+		if (def == NULL)
+			machine_missing(name, len, fname);
+		return def;
+	}
 
 	idem_spi_connect();
 	plan = idem_query_plan(&q_machine_load, nsp);
@@ -193,11 +279,7 @@ machine_load(Oid nsp, const char *name, int len, const char *fname, bool *fresh)
 	SPI_finish();
 
 	if (def == NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("%s: machine \"%s\" does not exist", fname,
-						pnstrdup(name, len)),
-				 errhint("Define it with idem_machine_define().")));
+		machine_missing(name, len, fname);
 	return def;
 }
 

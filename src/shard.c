@@ -61,7 +61,7 @@ static bool shard_current_set = false;
 static Datum shard_current_value = (Datum) 0;
 
 static void
-shard_cache_reset(Datum arg, Oid relid)
+shard_cache_reset(Oid relid)
 {
 	shard_cache_valid = false;
 }
@@ -81,7 +81,7 @@ idem_shard_type(Oid nsp)
 
 	if (!shard_callback_registered)
 	{
-		CacheRegisterRelcacheCallback(shard_cache_reset, (Datum) 0);
+		idem_relcache_subscribe(shard_cache_reset);
 		shard_callback_registered = true;
 	}
 

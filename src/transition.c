@@ -3,9 +3,9 @@
  * transition.c
  *	  The SQL API of state machines: idem_machine_define and
  *	  idem_machine_drop (the definitions in idem_machines),
- *	  idem_can_transition and idem_transition (asking a machine), and
- *	  idem_guard_allows (the rule of a table guard, evaluated in the WHEN
- *	  condition of the triggers guard.c installs).
+ *	  idem_can_transition, idem_transition and idem_sources (asking a
+ *	  machine), and idem_guard_allows (the rule of a table guard, evaluated
+ *	  in the WHEN condition of the triggers guard.c installs).
  *
  *	  Calls: machine.c and machine_cache.c for the machine, and guard.c
  *	  (idem_guards_of_machine) when a machine is dropped; nothing calls
@@ -31,6 +31,7 @@
 
 #include "access/parallel.h"
 #include "catalog/pg_type.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/inval.h"
 #include "utils/jsonb.h"
@@ -43,6 +44,7 @@ PG_FUNCTION_INFO_V1(idem_machine_drop);
 PG_FUNCTION_INFO_V1(idem_can_transition);
 PG_FUNCTION_INFO_V1(idem_transition);
 PG_FUNCTION_INFO_V1(idem_guard_allows);
+PG_FUNCTION_INFO_V1(idem_sources);
 
 static IdemQuery q_machine_upsert = {
 	"INSERT INTO @extschema@.idem_machines AS m (machine, definition, updated_at)"
@@ -220,6 +222,40 @@ idem_transition(PG_FUNCTION_ARGS)
 						   idem_machine_state_name(m, to)),
 				 errhint("%s", idem_machine_targets_hint(m, from))));
 	PG_RETURN_DATUM(PG_GETARG_DATUM(2));
+}
+
+/*
+ * idem_sources(machine text, to_state text) RETURNS text[]
+ *
+ * The states from which machine declares a transition to to_state, in
+ * bytewise order of their names (empty when none).  Meant for the guarded
+ * UPDATE that moves a row only when the move is legal, on Citus too, where
+ * it is called without column references and so evaluated once on the
+ * coordinator: UPDATE t SET status = 'paid' WHERE id = 1 AND status =
+ * ANY (idem_sources('order', 'paid')).  Fails with 22004 (NULL machine or
+ * to_state), 22023/22001 (bad machine name), 42704 (no such machine),
+ * 22023 (to_state is not a state of it).
+ */
+Datum
+idem_sources(PG_FUNCTION_ARGS)
+{
+	const char *fname = "idem_sources";
+	IdemMachine *m = call_machine(fcinfo, fname);
+	int			n = idem_machine_nstates(m);
+	Datum	   *elems = palloc(sizeof(Datum) * Max(n, 1));
+	int			count = 0;
+	int			to;
+	int			s;
+
+	if (PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s: to_state must not be null", fname)));
+	to = state_arg(m, PG_GETARG_TEXT_PP(1), fname);
+	for (s = 0; s < n; s++)
+		if (idem_machine_allows(m, s, to))
+			elems[count++] = CStringGetTextDatum(idem_machine_state_name(m, s));
+	PG_RETURN_ARRAYTYPE_P(construct_array(elems, count, TEXTOID, -1, false, TYPALIGN_INT));
 }
 
 /*

@@ -51,6 +51,11 @@ DROP TRIGGER g ON hard_g;
 CREATE TRIGGER g BEFORE UPDATE ON hard_g FOR EACH ROW
     EXECUTE FUNCTION idem_guard_trigger('m', 'nosuch', 'status', 'version');
 SELECT pg_temp.try($$UPDATE hard_g SET status = 3$$) AS guard_wrong_column;
+-- A fifth argument (the history table) belongs to log triggers only.
+DROP TRIGGER g ON hard_g;
+CREATE TRIGGER g AFTER UPDATE ON hard_g FOR EACH ROW
+    EXECUTE FUNCTION idem_guard_trigger('m', 'status', '', 'check', 'public.hard_g');
+SELECT pg_temp.try($$UPDATE hard_g SET status = 4$$) AS guard_fifth_argument;
 DROP TABLE hard_g;
 
 --------------------------------------------------------------------------

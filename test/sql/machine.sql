@@ -91,6 +91,22 @@ SELECT idem_can_transition('t_order', NULL, 'paid') AS null_from,
 -- ... but the machine is still checked first.
 SELECT pg_temp.try($$SELECT idem_can_transition('t_nope', NULL, NULL)$$) AS result;
 
+-- idem_sources: the states from which a transition to the target is
+-- declared, in bytewise order; empty for a state no transition enters.
+SELECT v.to_state, idem_sources('t_order', v.to_state) AS sources
+FROM (VALUES ('pending_payment'), ('paid'), ('cancelled'), ('shipped'),
+             ('refunded'), ('delivered')) AS v(to_state)
+ORDER BY 1;
+SELECT idem_machine_define('t_multi', '{"initial": ["a"], "transitions": {"a": ["c"], "b": ["c"], "c": ["b", "c"]}}');
+SELECT idem_sources('t_multi', 'c') AS into_c, idem_sources('t_multi', 'b') AS into_b;
+SELECT idem_machine_drop('t_multi');
+SELECT pg_temp.try(s) AS result FROM (VALUES
+    ($$SELECT idem_sources(NULL, 'paid')$$),
+    ($$SELECT idem_sources('t_order', NULL)$$),
+    ($$SELECT idem_sources('t_nope', 'paid')$$),
+    ($$SELECT idem_sources('t_order', 'nope')$$)
+) AS t(s);
+
 -- Machine names: 1 to 63 bytes, counted in bytes (é is two).
 SELECT pg_temp.try(s) AS result FROM (VALUES
     ($$SELECT idem_machine_define(repeat('m', 63), '{"initial": ["a"], "transitions": {}}')$$),

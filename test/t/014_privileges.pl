@@ -141,6 +141,7 @@ my %calls = (
 	'idem_can_transition(text,text,text)' => [ [ q{SELECT idem_can_transition('secm', 'new', 'paid')}, 'ok:t' ] ],
 	'idem_transition(text,text,text)'     => [ [ q{SELECT idem_transition('secm', 'new', 'paid')}, 'ok:paid' ] ],
 	'idem_guard_allows(text,text,text)'   => [ [ q{SELECT idem_guard_allows('secm', 'paid', 'new')}, 'ok:f' ] ],
+	'idem_sources(text,text)'             => [ [ q{SELECT idem_sources('secm', 'paid')}, 'ok:{new}' ] ],
 	# Public by design: a pure function of its argument (the CHECK on status).
 	'idem_status_is_valid(text)' => [ [ q{SELECT idem_status_is_valid('claimed')}, 'ok:t' ] ],
 	# Trigger functions cannot be called directly; idem_machines_trigger
@@ -151,7 +152,21 @@ my %calls = (
 	'idem_grant(regrole,text)' => [ [ q{SELECT idem_grant('nobody')}, '42501' ] ],
 	'idem_revoke(regrole)'     => [ [ q{SELECT idem_revoke('nobody')}, '42501' ] ],
 	# Not public: it changes the tables (here, without Citus, it would fail with 55000).
-	'idem_distribute()' => [ [ q{SELECT idem_distribute()}, '42501' ] ],
+	'idem_distribute(regtype,regclass,boolean)' => [ [ q{SELECT idem_distribute()}, '42501' ] ],
+	# Public like the functions they twin; on records without a shard key
+	# they refuse with 55000 before any table is touched.
+	'idem_claim_at("any",text,text,interval,text)' => [ [ q{SELECT idem_claim_at(1, 'sec', 'new')}, '55000' ] ],
+	'idem_complete_at("any",text,text,jsonb)' => [ [ q{SELECT idem_complete_at(1, 'sec', 'done', '1')}, '55000' ] ],
+	'idem_lookup_at("any",text,text)' => [ [ q{SELECT idem_lookup_at(1, 'sec', 'done')}, '55000' ] ],
+	'idem_release_at("any",text,text)' => [ [ q{SELECT idem_release_at(1, 'sec', 'done')}, '55000' ] ],
+	'idem_begin_at("any",text,text,interval,interval,text)' => [ [ q{SELECT * FROM idem_begin_at(1, 'sec', 'new')}, '55000' ] ],
+	'idem_heartbeat_at("any",text,text,bigint,interval)' => [ [ q{SELECT idem_heartbeat_at(1, 'sec', 'lease', 1)}, '55000' ] ],
+	'idem_finish_at("any",text,text,bigint,jsonb)' => [ [ q{SELECT idem_finish_at(1, 'sec', 'lease', 1)}, '55000' ] ],
+	'idem_fail_at("any",text,text,bigint,jsonb,boolean)' => [ [ q{SELECT idem_fail_at(1, 'sec', 'lease', 1)}, '55000' ] ],
+	'idem_await_at("any",text,text,interval)' => [ [ q{SELECT idem_await_at(1, 'sec', 'done', '0')}, '55000' ] ],
+	'idem_token_issue_at("any",text,interval)' => [ [ q{SELECT idem_token_issue_at(1, 'sec')}, '55000' ] ],
+	'idem_token_consume_at("any",text,text)' => [ [ q{SELECT idem_token_consume_at(1, 'sec', 'x')}, '55000' ] ],
+	'idem_claim_many_at("any",text,text[],interval)' => [ [ q{SELECT * FROM idem_claim_many_at(1, 'sec', ARRAY['new'])}, '55000' ] ],
 	# Not public, as idem_stats (here, without Citus, it would fail with 55000).
 	'idem_cluster_stats()' => [ [ q{SELECT * FROM idem_cluster_stats()}, '42501' ] ],);
 
@@ -449,6 +464,7 @@ SELECT public.idem_machine_define('${p}_m', '{"initial": ["new"], "transitions":
 SELECT public.idem_can_transition('${p}_m', 'new', 'paid');
 SELECT public.idem_transition('${p}_m', 'new', 'paid');
 SELECT public.idem_guard_allows('${p}_m', 'paid', 'new');
+SELECT public.idem_sources('${p}_m', 'paid');
 SELECT public.idem_guard('public.${p}_orders', 'status', '${p}_m', NULL, true);
 INSERT INTO public.${p}_orders VALUES (1, 'new');
 UPDATE public.${p}_orders SET status = 'paid';
@@ -467,7 +483,7 @@ my @expected_output = (
 	't', 'f', 't', 't', 'f', '', '{"r": 1}', 't',
 	'b2|t', 'b1|t', 'k1|f', 'b1|f',
 	'acquired', 't', '', 'completed', '', 'acquired', 't', 'f', '0', 'PFX', '',
-	't', 'paid', 'f', '', 'paid|0', '', '', 't|t', '0');
+	't', 'paid', 'f', '{new}', '', 'paid|0', '', '', 't|t', '0');
 
 sub run_hijack
 {

@@ -394,42 +394,102 @@ is($out, '2', 'it deleted the two expired records');
 is(cq("SELECT string_agg(key, ',') FROM idem_records WHERE scope = 'purge'"), 'live',
 	'on both workers; the live record is kept');
 
-# ------------------------------------------------ guards are refused
+# ------------------------------------------------ guards on Citus tables
+# A distributed table is guarded on every shard (test/t/021_citus_guard.pl
+# tests guards on Citus in full); other Citus tables are refused.
 cq(q{CREATE TABLE shipments (id bigint PRIMARY KEY, status text NOT NULL);
 SELECT create_distributed_table('shipments', 'id')});
+cq("SELECT idem_guard('shipments', 'status', 'order')");
+pass('idem_guard on a distributed table');
+cq("INSERT INTO shipments VALUES (1, 'new')");
 ($ret, $out, $err) = $coord->psql('postgres',
-	"\\set VERBOSITY verbose\nSELECT idem_guard('shipments', 'status', 'order')");
-isnt($ret, 0, 'idem_guard on a distributed table fails');
-like($err, qr/0A000: idem_guard: table public.shipments is managed by Citus/, 'with 0A000 and a clear message');
-like($err, qr/HINT:  Keep a guarded table out of Citus/, 'and a hint');
-is(cq("SELECT count(*) FROM pg_trigger WHERE tgrelid = 'shipments'::regclass AND tgname LIKE 'idem_guard%'"),
-	'0', 'no guard trigger was left behind');
+	"\\set VERBOSITY verbose\nUPDATE shipments SET status = 'shipped' WHERE id = 1");
+isnt($ret, 0, 'an illegal update through the coordinator fails');
+like($err, qr/ID004: guarded update of public.shipments: illegal transition from "new" to "shipped"/,
+	'with ID004, raised by the guard on the shard');
+cq("UPDATE shipments SET status = 'paid' WHERE id = 1");
+is(cq('SELECT status FROM shipments WHERE id = 1'), 'paid', 'a legal one passes');
 
-# A reference table is refused too.
+# A reference table is refused.
 cq(q{CREATE TABLE carriers (id text PRIMARY KEY, status text NOT NULL);
 SELECT create_reference_table('carriers')});
-($ret, $out, $err) = $coord->psql('postgres', "SELECT idem_guard('carriers', 'status', 'order')");
-like($err, qr/idem_guard: table public.carriers is managed by Citus/, 'idem_guard on a reference table is refused');
+($ret, $out, $err) = $coord->psql('postgres',
+	"\\set VERBOSITY verbose\nSELECT idem_guard('carriers', 'status', 'order')");
+like($err, qr/0A000: idem_guard: table public.carriers is a Citus table that is not hash-distributed/,
+	'idem_guard on a reference table is refused with 0A000');
+like($err, qr/HINT:  Distribute the table with create_distributed_table/, 'and a hint');
+is(cq("SELECT count(*) FROM pg_trigger WHERE tgrelid = 'carriers'::regclass AND tgname LIKE 'idem_guard%'"),
+	'0', 'no guard trigger was left behind');
 
 # A table guarded before it is distributed: Citus refuses to distribute it
 # (its triggers), unless citus.enable_unsafe_triggers is on, which copies
-# the guard's triggers to the shards.
+# the guard's triggers to the shards; there they read the machine from the
+# node's placement of idem_machines and enforce it.
 cq(q{CREATE TABLE parcels (id bigint PRIMARY KEY, status text NOT NULL);
 SELECT idem_guard('parcels', 'status', 'order')});
 ($ret, $out, $err) = $coord->psql('postgres', "SELECT create_distributed_table('parcels', 'id')");
 like($err, qr/cannot distribute relation "parcels" because it has triggers/,
 	'Citus refuses to distribute a guarded table');
 ($ret, $out, $err) = $coord->psql('postgres',
-	"SET citus.enable_unsafe_triggers = on; SELECT create_distributed_table('parcels', 'id');
+	"\\set VERBOSITY verbose
+SET citus.enable_unsafe_triggers = on; SELECT create_distributed_table('parcels', 'id');
 INSERT INTO parcels VALUES (1, 'new');
 UPDATE parcels SET status = 'shipped' WHERE id = 1;");
-# Then the guard's trigger runs on the shard and cannot read the machine
-# (idem_machines is a Citus table there too): every write fails, none
-# goes through unguarded.
-isnt($ret, 0, 'a write to a guarded table distributed with unsafe triggers fails');
-like($err, qr/cannot execute a distributed query from a query on a shard/,
-	"the guard's trigger on the shard cannot read idem_machines");
-is(cq('SELECT count(*) FROM parcels'), '0', 'nothing was written');
+like($err, qr/ID004: guarded update of public.parcels: illegal transition from "new" to "shipped"/,
+	'distributed with unsafe triggers, its guard is enforced on the shards');
+is(cq('SELECT status FROM parcels'), 'new', 'the legal insert was written, the illegal update was not');
+
+# ------------------------------------------------ a shard moved under a live session
+# A session on the worker that holds a shard claims there through the fast
+# path (its cache says the shard is local); the shard is then moved to the
+# other worker.  The same session's next claims in that shard must go to
+# the new placement, never into the old one (which Citus drops later).
+my ($mk) = grep { node_of(shard_of($_))->port == $w1->port } map { "mv$_" } 0 .. 50;
+my $mshard = shard_of($mk);
+my @mkeys = grep { shard_of($_) == $mshard } map { "mv$_" } 0 .. 200;
+my $live = $w1->background_psql('postgres');
+like($live->query_safe("BEGIN; SELECT idem_claim('move', '$mkeys[0]'); COMMIT;"), qr/t/,
+	'a claim on the worker that holds the shard');
+cq("SELECT citus_move_shard_placement($mshard, '127.0.0.1', " . $w1->port . ", '127.0.0.1', "
+	  . $w2->port . ", shard_transfer_mode => 'block_writes')");
+is(node_of($mshard)->port, $w2->port, 'the shard moved to the other worker');
+like($live->query_safe("BEGIN; SELECT idem_claim('move', '$mkeys[1]'); COMMIT;"), qr/t/,
+	'the same session claims another key of the moved shard');
+like($live->query_safe("BEGIN; SELECT 'dup:' || idem_claim('move', '$mkeys[0]'); COMMIT;"), qr/dup:f/,
+	'and sees the first key as a duplicate');
+like($live->query_safe("SELECT 'auto:' || idem_claim('move', '$mkeys[2]')"), qr/auto:t/,
+	'an autocommit claim too');
+$live->quit;
+is(cq("SELECT count(*) FROM idem_records WHERE scope = 'move'"), '3', 'three records through the coordinator');
+is(shard_rows('idem_records', $mshard, "scope = 'move'"), '3', 'all in the new placement');
+is( $w1->safe_psql('postgres',
+		"SET citus.override_table_visibility = off; SELECT count(*) FROM pg_class WHERE relname = 'idem_records_$mshard'") eq '0'
+	  ? '0'
+	  : $w1->safe_psql('postgres',
+		"SET citus.override_table_visibility = off; SELECT count(*) FROM idem_records_$mshard WHERE scope = 'move' AND key <> '$mkeys[0]'"),
+	'0', 'none written into the old placement');
+
+# A move that starts while a claim written by the fast path is not yet
+# committed must wait for it (the fast path holds Citus's shard metadata
+# lock, as Citus's own writes do); otherwise the uncommitted record would
+# stay behind in the old placement and be lost.
+my $holder2 = $w2->background_psql('postgres');
+like($holder2->query_safe("BEGIN; SELECT idem_claim('move', '$mkeys[3]');"), qr/t/,
+	'a fast-path claim on the shard, not committed yet');
+my $mover = $coord->background_psql('postgres');
+$mover->query_until(qr/moving/,
+	"\\echo moving\nSELECT citus_move_shard_placement($mshard, '127.0.0.1', " . $w2->port
+	  . ", '127.0.0.1', " . $w1->port . ", shard_transfer_mode => 'block_writes');\n");
+ok( $w2->poll_query_until('postgres',
+		"SELECT count(*) > 0 FROM pg_locks WHERE NOT granted AND locktype = 'advisory'"),
+	"the move waits for the claim's transaction");
+$holder2->query_safe('COMMIT;');
+$mover->query_safe('SELECT 1');
+$_->quit for ($holder2, $mover);
+is(node_of($mshard)->port, $w1->port, 'then the shard moved back');
+is(shard_rows('idem_records', $mshard, "scope = 'move' AND key = '$mkeys[3]'"), '1',
+	'with the record committed meanwhile');
+is(cq("SELECT idem_claim('move', '$mkeys[3]')"), 'f', 'which is a duplicate');
 
 $_->stop for $c->nodes;
 done_testing();

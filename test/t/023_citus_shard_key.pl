@@ -24,7 +24,8 @@ sub try_sql
 
 # ------------------------------------------------ distributing by shard key
 cq(q{CREATE TABLE orders (customer_id bigint NOT NULL, id bigint NOT NULL,
-	amount numeric NOT NULL, PRIMARY KEY (customer_id, id));
+	amount numeric NOT NULL, status text NOT NULL DEFAULT 'new',
+	version int NOT NULL DEFAULT 0, PRIMARY KEY (customer_id, id));
 SELECT create_distributed_table('orders', 'customer_id')});
 cq(q{SELECT idem_distribute(shard_key => 'bigint', colocate_with => 'orders')});
 is( cq(q{SELECT column_to_column_name(logicalrelid, partkey) || ':' || format_type(a.atttypid, NULL)
@@ -198,6 +199,45 @@ note "pgbench: orders $orders, records $records";
 ok($records > 0 && $records <= 200, 'claims overlapped');
 is($orders, $records, 'one order per record: none twice (the primary key would have failed), none lost');
 is($unmatched, '0', 'records and orders are the same keys');
+
+# ------------------------------------------------ a guarded, co-located order table
+# docs/citus.md, "From an empty cluster": the orders get a guard with
+# history; a payment callback claims its key and moves its order in one
+# single-shard transaction; a redelivery is a duplicate; an illegal move
+# is refused with ID004 on the shard.
+cq(q{SELECT idem_machine_define('order', '{"initial": ["new"],
+  "transitions": {"new": ["paid", "cancelled"], "paid": ["shipped"]}}')});
+cq(q{SELECT idem_guard('orders', 'status', 'order', version_column => 'version', history => true)});
+cq(q{INSERT INTO orders (customer_id, id, amount) VALUES (42, 7, 99.00)});
+($ret, $out, $err) = $coord->psql('postgres', q{
+SET citus.log_remote_commands = on;
+SET client_min_messages = log;
+BEGIN;
+SELECT idem_claim_at(42, 'payment', 'pay-7');
+UPDATE orders SET status = 'paid'
+ WHERE customer_id = 42 AND id = 7
+   AND status = ANY (idem_sources('order', 'paid'));
+COMMIT;});
+is($ret, 0, 'the payment callback commits') or diag $err;
+is($out, 't', 'its claim is owned');
+unlike($err, qr/PREPARE TRANSACTION/, 'claim, guarded update and history: one shard, no two-phase commit');
+@servers = ($err =~ /on server \S+@([\d.]+:\d+)/g);
+%servers = map { $_ => 1 } @servers;
+is(scalar keys %servers, 1, 'all on one worker');
+is(cq(q{SELECT status || ':' || version FROM orders WHERE customer_id = 42 AND id = 7}), 'paid:1',
+	'the order is paid, its version bumped');
+my $ts = $c->shard_of('orders_transitions', 42);
+is($c->node_of($ts)->port, $c->node_of($c->shard_of('idem_records', 42))->port,
+	'its history shard is on the worker of the claim');
+is($c->shard_rows('orders_transitions', $ts, q{customer_id = 42 AND from_state = 'new' AND to_state = 'paid'}),
+	'1', 'the history row is there');
+is(cq(q{SELECT idem_claim_at(42, 'payment', 'pay-7')}), 'f', 'the redelivered callback is a duplicate');
+is( cq(q{UPDATE orders SET status = 'paid' WHERE customer_id = 42 AND id = 7
+	AND status = ANY (idem_sources('order', 'paid')) RETURNING id}), '',
+	'moving it to paid again changes nothing');
+($ret, $out, $err) = try_sql(q{UPDATE orders SET status = 'new' WHERE customer_id = 42 AND id = 7});
+like($err, qr/ID004/, 'an illegal move is refused with ID004');
+is(cq(q{SELECT status FROM orders WHERE customer_id = 42 AND id = 7}), 'paid', 'and changes nothing');
 
 $_->stop for $c->nodes;
 done_testing();

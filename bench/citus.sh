@@ -1,5 +1,5 @@
 # Sourced by bench/run.sh (not run on its own): the Citus pairs "citus",
-# "citus_dup", "citus_at" and "citus_at_dup".  They run on a cluster of their own, started here the
+# "citus_dup", "citus_at", "citus_at_dup" and "citus_business".  They run on a cluster of their own, started here the
 # first time a Citus pair runs: a coordinator and two workers on this
 # machine (three servers of the private installation, on local TCP ports),
 # each with shared_preload_libraries = 'citus' (and idempotency with
@@ -27,7 +27,7 @@ CITUS_STATE=        # "" (not started), up, or "missing" (citus.so not installed
 
 CITUS_AT=           # "" or "missing" (no idem_claim_at in this tree)
 
-citus_pair() { case $1 in citus|citus_dup|citus_at|citus_at_dup) return 0;; esac; return 1; }
+citus_pair() { case $1 in citus|citus_dup|citus_at|citus_at_dup|citus_business) return 0;; esac; return 1; }
 
 citus_installed() { # citus.so in the private copy of pkglibdir
     [ -f "$WORK/pg$("$IDEM_PG_CONFIG" --pkglibdir)/citus.so" ]
@@ -95,7 +95,10 @@ citus_start() {
         -c "SELECT create_distributed_table('bench_claims',
                 (SELECT column_to_column_name(logicalrelid, partkey) FROM pg_dist_partition
                   WHERE logicalrelid = 'idem_records'::regclass),
-                colocate_with => 'idem_records')" >/dev/null || return 1
+                colocate_with => 'idem_records')" \
+        -c "CREATE TABLE bench_cledger (key text COLLATE \"C\" NOT NULL, amount bigint NOT NULL)" \
+        -c "SELECT create_distributed_table('bench_cledger', 'key', colocate_with => 'idem_records')" \
+        >/dev/null || return 1
     baseline_extras "citus_node_psql 0"
     if [ "$(CITUS_DB=bench_at citus_node_psql 0 -c "SELECT to_regprocedure('idem_claim_at(\"any\",text,text,interval,text)') IS NOT NULL")" = t ]; then
         CITUS_DB=bench_at citus_node_psql 0 -c "SELECT idem_distribute(shard_key => 'bigint')" \

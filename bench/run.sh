@@ -23,7 +23,7 @@
 #                      purge transition (default: all of them), plus the
 #                      optional scale_sql (the hand-written table at scale)
 #                      and batch_stmts (B as BENCH_BATCH_KEYS statements);
-#                      citus citus_dup citus_at: through a Citus
+#                      citus citus_dup citus_at citus_business: through a Citus
 #                      coordinator, on a 3-node cluster of their own
 #                      (bench/citus.sh; skipped with one line when citus.so
 #                      is not installed), plus the optional citus_at_dup
@@ -69,7 +69,7 @@ BENCH_SECONDS=${BENCH_SECONDS:-8}
 BENCH_ROUNDS=${BENCH_ROUNDS:-3}
 BENCH_CLIENTS=${BENCH_CLIENTS:-2}
 BENCH_WARMUP=${BENCH_WARMUP:-2}
-BENCH_PAIRS=${BENCH_PAIRS:-new dup business overhead batch scale purge transition citus citus_dup citus_at}
+BENCH_PAIRS=${BENCH_PAIRS:-new dup business overhead batch scale purge transition citus citus_dup citus_at citus_business}
 BENCH_SYNC=${BENCH_SYNC:-off on}
 BENCH_SCALE_ROWS=${BENCH_SCALE_ROWS:-10000000}
 BENCH_DUP_ROWS=${BENCH_DUP_ROWS:-100000}
@@ -98,7 +98,7 @@ done
 [ "$BENCH_ROUNDS" -ge 1 ] && [ "$BENCH_CLIENTS" -ge 1 ] && [ "$BENCH_SECONDS" -ge 1 ] \
     || idem_die "BENCH_ROUNDS, BENCH_CLIENTS and BENCH_SECONDS must be at least 1"
 for p in $BENCH_PAIRS; do
-    case $p in new|dup|business|overhead|batch|batch_stmts|scale|scale_sql|purge|transition|citus|citus_dup|citus_at|citus_at_dup|none) ;;
+    case $p in new|dup|business|overhead|batch|batch_stmts|scale|scale_sql|purge|transition|citus|citus_dup|citus_at|citus_at_dup|citus_business|none) ;;
         *) idem_die "unknown pair '$p' in BENCH_PAIRS";; esac
 done
 for s in $BENCH_SYNC; do
@@ -310,7 +310,7 @@ side_db() { # pair side
         scale/A|scale_sql/A) echo scale;;
         purge/*) echo purge;;
         transition/*) echo orders;;
-        citus/*|citus_dup/*) echo bench;;   # on the Citus coordinator
+        citus/*|citus_dup/*|citus_business/*) echo bench;;   # on the Citus coordinator
         citus_at/*|citus_at_dup/*) echo bench_at;;
         *) echo bench;;
     esac
@@ -339,6 +339,8 @@ side_script() { # pair side
         citus_at/B) echo citus_at_insert.pgbench;;
         citus_at_dup/A) echo citus_at_dup_claim.pgbench;;
         citus_at_dup/B) echo citus_at_dup_insert.pgbench;;
+        citus_business/A) echo citus_business_claim.pgbench;;
+        citus_business/B) echo citus_business_insert.pgbench;;
         business/A|overhead/A) echo business_claim.pgbench;;
         overhead/B) echo business_plain.pgbench;;
         business/B) echo business_insert.pgbench;;
@@ -439,6 +441,8 @@ prepare_run() { # pair side
             copy_template orders orders_tpl;;
         citus)
             q bench -c "TRUNCATE idem_records, bench_claims" >/dev/null;;
+        citus_business)
+            q bench -c "TRUNCATE idem_records, bench_claims, bench_cledger" >/dev/null;;
         citus_at)
             q bench_at -c "TRUNCATE idem_records, bench_claims" >/dev/null;;
         citus_dup|citus_at_dup) ;;

@@ -314,8 +314,16 @@ my $on_w3 = cq("SELECT count(*) FROM pg_dist_placement p JOIN pg_dist_shard s US
 	JOIN pg_dist_node n USING (groupid)
 	WHERE s.logicalrelid = 'idem_records'::regclass AND n.nodeport = " . $w3->port);
 cmp_ok($on_w3, '>=', 1, "rebalance_table_shards moved $on_w3 shard(s) of idem_records to the new worker");
-my @moved = grep { $c->node_of($c->shard_of('idem_records', $_))->port == $w3->port }
-  map { ("c$_", "p$_", "l$_") } 1 .. 40;
+# Keys whose shard is on the new worker, in one query.
+sub keys_on
+{
+	my ($node, $keys_sql) = @_;
+	return split /\n/, cq("SELECT k FROM ($keys_sql) AS x(k)
+	  WHERE (SELECT n.nodeport FROM pg_dist_placement p JOIN pg_dist_node n USING (groupid)
+	          WHERE p.shardid = get_shard_id_for_distribution_column('idem_records', x.k)) = " . $node->port
+	  . ' ORDER BY k');
+}
+my @moved = keys_on($w3, "SELECT p || i FROM generate_series(1, 40) AS i, unnest(ARRAY['c', 'p', 'l']) AS p");
 cmp_ok(scalar @moved, '>=', 1, 'some of the earlier keys now live on the new worker (' . scalar(@moved) . ')');
 is( $c->shard_rows('idem_records', $c->shard_of('idem_records', $moved[0]), "key = '$moved[0]'"),
 	'1', "the record of $moved[0] is in its shard on the new worker");
@@ -346,6 +354,15 @@ is(cq("SELECT count(*) FROM ledger") . ':' . cq("SELECT count(*) FROM idem_recor
 	"$credits:$records", 'the ledger and the records of the pgbench run are all still there');
 is( cq("SELECT records || ':' || completed FROM idem_summary() WHERE scope = 'rb'"),
 	'160:80', 'idem_summary on the coordinator counts the records of every shard, the moved ones too');
+# Autocommit claims one by one (delegated to the worker that now holds
+# the key, when idem_claim is a distributed function): a moved key is a
+# duplicate, a new key of a moved shard is claimed once.
+is(cq("SELECT idem_claim('rb', '$moved[0]')"), 'f', "an autocommit claim of the moved key $moved[0] is a duplicate");
+my ($fresh) = keys_on($w3, "SELECT 'fresh' || i FROM generate_series(1, 200) AS i");
+is(cq("SELECT idem_claim('rb', '$fresh')"), 't', "an autocommit claim of a new key on the new worker ($fresh) is true");
+is(cq("SELECT idem_claim('rb', '$fresh')"), 'f', 'and then a duplicate');
+is($c->shard_rows('idem_records', $c->shard_of('idem_records', $fresh), "key = '$fresh'"), '1',
+	'its record is in the shard on the new worker');
 is($w3->safe_psql('postgres', "SELECT idem_claim('rb', '$moved[0]')"), 'f',
 	'a claim on the new worker sees the moved record too');
 

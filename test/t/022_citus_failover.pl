@@ -178,6 +178,18 @@ ok($coord->poll_query_until('postgres', 'SELECT count(*) >= 60 FROM ledger'),
 
 ok($h->pumpable, 'pgbench is still running when the worker is killed');
 my $victim = $w1;
+# A deterministic leftover besides whatever 2PC the workload has in
+# flight: on the victim, a claim prepared under a Citus transaction name
+# (coordinator group 0) that the coordinator never decided to commit, as
+# a crash between PREPARE and the coordinator's commit record leaves it.
+my ($orphan) = keys_on($victim, "SELECT 'orphan' || i FROM generate_series(1, 200) AS i");
+my $orphan_shard = $c->shard_of('idem_records', $orphan);
+$victim->safe_psql('postgres', qq{
+	SET citus.enable_manual_changes_to_shards = on;
+	BEGIN;
+	INSERT INTO idem_records_$orphan_shard (scope, key, status, created_at, updated_at, expires_at)
+	VALUES ('orphan', '$orphan', 'claimed', now(), now(), now() + interval '1 day');
+	PREPARE TRANSACTION 'citus_0_4242_999999999_0';});
 my $log_offset = -s $victim->logfile;
 my $postmaster = $victim->{_pid};
 $victim->kill9;
@@ -212,6 +224,9 @@ note "pgbench during the crash: processed " . ($done1 // '?') . '; '
 my $prepared = join ',', map { $_->safe_psql('postgres', 'SELECT count(*) FROM pg_prepared_xacts') }
   ($w1, $w2);
 note "prepared transactions on the workers after the restart: $prepared";
+is( $victim->safe_psql('postgres',
+		"SELECT count(*) FROM pg_prepared_xacts WHERE gid = 'citus_0_4242_999999999_0'"),
+	'1', 'the prepared claim survived the crash');
 my $left = -1;
 for (1 .. 300)
 {
@@ -222,6 +237,8 @@ for (1 .. 300)
 	usleep(200_000);
 }
 is($left, 0, 'no prepared transaction is left on any worker after recover_prepared_transactions()');
+is(cq("SELECT idem_claim('orphan', '$orphan')"), 't',
+	'the claim prepared without a commit decision was rolled back: its key is free');
 
 # Then the workload runs again, without a failure.
 my $total = 8 * 50;

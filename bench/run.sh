@@ -58,9 +58,9 @@
 #   KEEP_WORK          1: keep the work directory (raw results, logs,
 #                      profiles)
 #
-# The full run takes about 17 minutes on 2 quiet cores (20 with the
-# profile), more on a busy machine.  Quick mode (about 8 minutes; 4 with
-# BENCH_SYNC=off):
+# The full run takes about 25 minutes on 2 quiet cores, 8 of them the
+# Citus pairs (28 with the profile), more on a busy machine.  Quick mode
+# (about 11 minutes; 5 with BENCH_SYNC=off):
 #   BENCH_SECONDS=3 BENCH_WARMUP=1 BENCH_SCALE_ROWS=1000000 make bench
 set -u
 . "$(dirname "$0")/../test/harness.sh"

@@ -28,6 +28,8 @@ bar_of() {
         scale) echo 0.7;;
         purge) echo 0.9;;
         transition) echo 0.95;;
+        citus|citus_dup|citus_at|citus_at_dup) echo 0.9;;
+        citus_business) echo 0.9;;
         *) echo -;;
     esac
 }
@@ -43,6 +45,11 @@ what_of() {
         scale_sql) echo "claims/s: INSERT ON CONFLICT, ${BENCH_SCALE_ROWS} live vs empty";;
         purge) echo "claims/s: idem_claim with vs without a purge";;
         transition) echo "updates/s: idem_can_transition vs WHERE status";;
+        citus) echo "claims/s through a Citus coordinator: idem_claim vs INSERT ON CONFLICT into a distributed table, new keys";;
+        citus_dup) echo "claims/s through a Citus coordinator: the same, key exists";;
+        citus_at) echo "claims/s through a Citus coordinator, records by a bigint shard key: idem_claim_at vs INSERT ON CONFLICT, new keys";;
+        citus_at_dup) echo "claims/s through a Citus coordinator, by shard key: the same, key exists";;
+        citus_business) echo "tx/s through a Citus coordinator: claim + co-located ledger INSERT in BEGIN..COMMIT, guarded by idem_claim vs the INSERT";;
     esac
 }
 
@@ -52,6 +59,9 @@ echo "tree: $REV$([ "$DIRTY" -gt 0 ] && echo " + $DIRTY uncommitted/untracked pa
 echo "machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')), $(awk '/MemTotal/ { printf "%.0f GB", $2 / 1048576 }' /proc/meminfo) RAM, PostgreSQL $("$IDEM_BINDIR/postgres" --version | awk '{ print $3 }'), fsync on, shared_buffers $BENCH_SHARED_BUFFERS$([ "$BENCH_PRELOAD" = 1 ] && echo ", shared_preload_libraries = idempotency")"
 echo "runs: $BENCH_CLIENTS clients, ${BENCH_SECONDS} s each, $BENCH_ROUNDS rounds interleaved A,B,A,B,..., warm-up ${BENCH_WARMUP} s; medians; pgbench -M prepared"
 echo "baseline: bench_claims, PRIMARY KEY (scope, key) and the columns of idem_records$([ "$BENCH_BASELINE_CHECK" = 1 ] && echo ", and its CHECK on status (BENCH_BASELINE_CHECK=1)" || echo " (no CHECK; BENCH_BASELINE_CHECK=1 adds it)")$([ "$BENCH_BASELINE_INDEX" = 1 ] && echo ", and an index on expires_at (BENCH_BASELINE_INDEX=1)" || echo "; no index on expires_at (BENCH_BASELINE_INDEX=1 adds one)")"
+if [ "${CITUS_STATE:-}" = up ]; then
+    echo "citus: Citus $CITUS_VERSION, a coordinator and 2 workers on this machine (shared_buffers $BENCH_CITUS_SHARED_BUFFERS each), $CITUS_SHARDS shards of idem_records distributed by $CITUS_DIST (citus_at*: by a bigint shard_key), bench_claims co-located; pgbench connects to the coordinator; WAL/op and CPU of the citus pairs: all 3 servers$([ -n "$BENCH_CITUS_CONF" ] && echo "; BENCH_CITUS_CONF: $BENCH_CITUS_CONF")"
+fi
 if [ -s "$RAW" ]; then
     awk -F '\t' '{ b += $8; if (min == "" || $9 < min) min = $9; if ($9 > max) max = $9; n++ }
         END { printf "load: other work on the machine took %.0f%% of its CPU on average during the runs (1-minute load average %s .. %s)\n", b / n, min, max }' "$RAW"
@@ -106,13 +116,14 @@ echo "       of the WAL bytes of the run (pg_current_wal_insert_lsn before and a
 echo "       Standby records found by pg_waldump) / operations.  CPU A, CPU B: CPU microseconds per"
 echo "       operation of the whole server (all its processes; pgbench excluded), median over the rounds;"
 echo "       B/A > 1 means A costs the server less CPU than B.  Less sensitive to other load than ops/s."
-if [ -s "$RAW" ]; then
+if awk -F '\t' '$2 !~ /^citus/ { found = 1 } END { exit !found }' "$RAW"; then
     echo
     echo "WAL bytes per operation by resource manager (pg_waldump --stats, all rounds; records/op in brackets):"
     for sync in $BENCH_SYNC; do
         for pair in $BENCH_PAIRS; do
             for side in A B; do
                 [ -n "$(col "$sync" "$pair" "$side" 5)" ] || continue
+                case $pair in citus*) continue;; esac   # no breakdown across nodes
                 awk -F '\t' -v s="$sync" -v p="$pair" -v d="$side" -v n="$(ops_per_tx "$pair")" '
                     $1 == s && $2 == p && $3 == d {
                         ops += $6 * n; k = split($11, e, ",")

@@ -22,9 +22,14 @@
 #   BENCH_PAIRS        subset of: new dup business overhead batch scale
 #                      purge transition (default: all of them), plus the
 #                      optional scale_sql (the hand-written table at scale)
-#                      and batch_stmts (B as BENCH_BATCH_KEYS statements)
+#                      and batch_stmts (B as BENCH_BATCH_KEYS statements);
+#                      citus citus_dup citus_at citus_business: through a Citus
+#                      coordinator, on a 3-node cluster of their own
+#                      (bench/citus.sh; skipped with one line when citus.so
+#                      is not installed), plus the optional citus_at_dup
 #   BENCH_SYNC         synchronous_commit settings to run ["off on"]
-#   BENCH_SCALE_ROWS   live records for "scale" and bytes/record [10000000]
+#   BENCH_SCALE_ROWS   live records for "scale" and bytes/record, loaded
+#                      when scale or scale_sql is among the pairs [10000000]
 #   BENCH_DUP_ROWS     existing keys for "dup" [100000]
 #   BENCH_PURGE_ROWS   backlog of expired records for "purge"
 #                      [300000 per second of BENCH_SECONDS]
@@ -35,6 +40,9 @@
 #   BENCH_ORDERS       rows of the "transition" table [1000000]
 #   BENCH_ACCOUNTS     accounts of the "business" pair [100000]
 #   BENCH_SHARED_BUFFERS  [2GB]
+#   BENCH_CITUS_SHARED_BUFFERS  of each of the 3 Citus nodes [256MB]
+#   BENCH_CITUS_CONF   more postgresql.conf lines for the Citus nodes,
+#                      separated by ';' [none]
 #   BENCH_BASELINE_CHECK  1: give the hand-written table idem_records' CHECK
 #                      on status too [0: primary key and columns only]
 #   BENCH_BASELINE_INDEX  1: give the hand-written table an index on
@@ -50,9 +58,9 @@
 #   KEEP_WORK          1: keep the work directory (raw results, logs,
 #                      profiles)
 #
-# The full run takes about 17 minutes on 2 quiet cores (20 with the
-# profile), more on a busy machine.  Quick mode (about 8 minutes; 4 with
-# BENCH_SYNC=off):
+# The full run takes about 25 minutes on 2 quiet cores, 8 of them the
+# Citus pairs (28 with the profile), more on a busy machine.  Quick mode
+# (about 11 minutes; 5 with BENCH_SYNC=off):
 #   BENCH_SECONDS=3 BENCH_WARMUP=1 BENCH_SCALE_ROWS=1000000 make bench
 set -u
 . "$(dirname "$0")/../test/harness.sh"
@@ -61,7 +69,7 @@ BENCH_SECONDS=${BENCH_SECONDS:-8}
 BENCH_ROUNDS=${BENCH_ROUNDS:-3}
 BENCH_CLIENTS=${BENCH_CLIENTS:-2}
 BENCH_WARMUP=${BENCH_WARMUP:-2}
-BENCH_PAIRS=${BENCH_PAIRS:-new dup business overhead batch scale purge transition}
+BENCH_PAIRS=${BENCH_PAIRS:-new dup business overhead batch scale purge transition citus citus_dup citus_at citus_business}
 BENCH_SYNC=${BENCH_SYNC:-off on}
 BENCH_SCALE_ROWS=${BENCH_SCALE_ROWS:-10000000}
 BENCH_DUP_ROWS=${BENCH_DUP_ROWS:-100000}
@@ -72,6 +80,8 @@ BENCH_BATCH_KEYS=${BENCH_BATCH_KEYS:-500}
 BENCH_ORDERS=${BENCH_ORDERS:-1000000}
 BENCH_ACCOUNTS=${BENCH_ACCOUNTS:-100000}
 BENCH_SHARED_BUFFERS=${BENCH_SHARED_BUFFERS:-2GB}
+BENCH_CITUS_SHARED_BUFFERS=${BENCH_CITUS_SHARED_BUFFERS:-256MB}
+BENCH_CITUS_CONF=${BENCH_CITUS_CONF:-}
 BENCH_PRELOAD=${BENCH_PRELOAD:-0}
 BENCH_BASELINE_CHECK=${BENCH_BASELINE_CHECK:-0}
 BENCH_BASELINE_INDEX=${BENCH_BASELINE_INDEX:-0}
@@ -88,7 +98,7 @@ done
 [ "$BENCH_ROUNDS" -ge 1 ] && [ "$BENCH_CLIENTS" -ge 1 ] && [ "$BENCH_SECONDS" -ge 1 ] \
     || idem_die "BENCH_ROUNDS, BENCH_CLIENTS and BENCH_SECONDS must be at least 1"
 for p in $BENCH_PAIRS; do
-    case $p in new|dup|business|overhead|batch|batch_stmts|scale|scale_sql|purge|transition|none) ;;
+    case $p in new|dup|business|overhead|batch|batch_stmts|scale|scale_sql|purge|transition|citus|citus_dup|citus_at|citus_at_dup|citus_business|none) ;;
         *) idem_die "unknown pair '$p' in BENCH_PAIRS";; esac
 done
 for s in $BENCH_SYNC; do
@@ -107,8 +117,16 @@ T0=$(date +%s)
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/idempotency-bench.XXXXXX") || idem_die "mktemp failed"
 chmod 755 "$WORK"
 [ "$(id -u)" -ne 0 ] || chown postgres: "$WORK"
-stop_purger() { [ -z "${PURGER_PID:-}" ] || kill "$PURGER_PID" 2>/dev/null; }
+# On exit: the purger, the Citus cluster (bench/citus.sh), then the
+# harness stops the main cluster.
+stop_purger() {
+    [ -z "${PURGER_PID:-}" ] || kill "$PURGER_PID" 2>/dev/null
+    citus_leave
+    citus_stop
+}
 idem_work_trap stop_purger
+# shellcheck source=bench/citus.sh
+. "$IDEM_TOP/bench/citus.sh"
 
 log() { idem_log "$(date +%H:%M:%S) $*"; }
 
@@ -153,22 +171,29 @@ q() { # db sql... -> unaligned, tuples only
     idem_psql -At -d "$db" "$@"
 }
 
-for db in bench scale; do
-    q postgres -c "CREATE DATABASE $db" >/dev/null || idem_die "CREATE DATABASE $db failed"
-    q "$db" -c "CREATE EXTENSION idempotency" >/dev/null \
-        || idem_die "CREATE EXTENSION idempotency failed (see above)"
-    q "$db" -f "$S/schema.sql" >/dev/null || idem_die "loading bench/schema.sql failed"
+# The optional extras of the hand-written table (BENCH_BASELINE_CHECK,
+# BENCH_BASELINE_INDEX), through the psql command given (also used for
+# the Citus coordinator, bench/citus.sh).
+baseline_extras() { # "psql command"
     if [ "$BENCH_BASELINE_CHECK" = 1 ]; then
         # idem_records' own CHECK, copied from the catalog.
-        q "$db" -c "DO \$\$ BEGIN EXECUTE (SELECT format('ALTER TABLE bench_claims ADD CONSTRAINT bench_claims_status_check %s',
+        $1 -c "DO \$\$ BEGIN EXECUTE (SELECT format('ALTER TABLE bench_claims ADD CONSTRAINT bench_claims_status_check %s',
                         pg_get_constraintdef(oid)) FROM pg_constraint
                      WHERE conrelid = 'idem_records'::regclass AND contype = 'c'); END \$\$" >/dev/null \
             || idem_die "adding the CHECK to bench_claims failed"
     fi
     if [ "$BENCH_BASELINE_INDEX" = 1 ]; then
-        q "$db" -c "CREATE INDEX bench_claims_expires_at_idx ON bench_claims (expires_at)" >/dev/null \
+        $1 -c "CREATE INDEX bench_claims_expires_at_idx ON bench_claims (expires_at)" >/dev/null \
             || idem_die "adding the expires_at index to bench_claims failed"
     fi
+}
+
+for db in bench scale; do
+    q postgres -c "CREATE DATABASE $db" >/dev/null || idem_die "CREATE DATABASE $db failed"
+    q "$db" -c "CREATE EXTENSION idempotency" >/dev/null \
+        || idem_die "CREATE EXTENSION idempotency failed (see above)"
+    q "$db" -f "$S/schema.sql" >/dev/null || idem_die "loading bench/schema.sql failed"
+    baseline_extras "q $db"
 done
 
 has_function() { # signature -> 0 when installed
@@ -179,7 +204,8 @@ has_function() { # signature -> 0 when installed
 # Loading
 # ---------------------------------------------------------------------------
 load_bytes=()
-if [ "$BENCH_SCALE_ROWS" -gt 0 ]; then
+# Only for the pairs that use it (BENCH_PAIRS=citus alone loads nothing).
+if [ "$BENCH_SCALE_ROWS" -gt 0 ] && [[ " $BENCH_PAIRS " == *" scale "* || " $BENCH_PAIRS " == *" scale_sql "* ]]; then
     step=$((9000000000000000000 / BENCH_SCALE_ROWS))
     log "loading $BENCH_SCALE_ROWS records into idem_records and bench_claims (database scale, in parallel)"
     t0=$(date +%s.%N)
@@ -221,11 +247,15 @@ SKIPPED=()
 cpu_machine() { # -> "busy total"
     awk '/^cpu / { t = 0; for (i = 2; i <= NF; i++) t += $i; print t - $5 - $6, t }' /proc/stat
 }
+# BENCH_PGDATAS: the data directories of the cluster measured (the three
+# nodes during a Citus pair), default IDEM_PGDATA.
 cpu_cluster() {
-    local pm
-    pm=$(head -n 1 "$IDEM_PGDATA/postmaster.pid")
-    { echo "$pm"; ps -o pid= --ppid "$pm"; } | while read -r p; do
-        cat "/proc/$p/stat" 2>/dev/null
+    local pm d
+    for d in ${BENCH_PGDATAS:-$IDEM_PGDATA}; do
+        pm=$(head -n 1 "$d/postmaster.pid")
+        { echo "$pm"; ps -o pid= --ppid "$pm"; } | while read -r p; do
+            cat "/proc/$p/stat" 2>/dev/null
+        done
     done | awk '{ s += $14 + $15 + $16 + $17 } END { print s + 0 }'
 }
 # The time of an exited backend reaches the postmaster's counters only
@@ -280,6 +310,8 @@ side_db() { # pair side
         scale/A|scale_sql/A) echo scale;;
         purge/*) echo purge;;
         transition/*) echo orders;;
+        citus/*|citus_dup/*|citus_business/*) echo bench;;   # on the Citus coordinator
+        citus_at/*|citus_at_dup/*) echo bench_at;;
         *) echo bench;;
     esac
 }
@@ -299,10 +331,16 @@ copy_template() { # name template
 }
 side_script() { # pair side
     case $1/$2 in
-        new/A|scale/A|scale/B|purge/A|purge/B) echo new_claim.pgbench;;
-        new/B|scale_sql/A|scale_sql/B) echo new_insert.pgbench;;
-        dup/A) echo dup_claim.pgbench;;
-        dup/B) echo dup_insert.pgbench;;
+        new/A|scale/A|scale/B|purge/A|purge/B|citus/A) echo new_claim.pgbench;;
+        new/B|scale_sql/A|scale_sql/B|citus/B) echo new_insert.pgbench;;
+        dup/A|citus_dup/A) echo dup_claim.pgbench;;
+        dup/B|citus_dup/B) echo dup_insert.pgbench;;
+        citus_at/A) echo citus_at_claim.pgbench;;
+        citus_at/B) echo citus_at_insert.pgbench;;
+        citus_at_dup/A) echo citus_at_dup_claim.pgbench;;
+        citus_at_dup/B) echo citus_at_dup_insert.pgbench;;
+        citus_business/A) echo citus_business_claim.pgbench;;
+        citus_business/B) echo citus_business_insert.pgbench;;
         business/A|overhead/A) echo business_claim.pgbench;;
         overhead/B) echo business_plain.pgbench;;
         business/B) echo business_insert.pgbench;;
@@ -360,6 +398,16 @@ setup_pair() { # pair: once per pair and setting; returns 1 to skip the pair
                 -c "VACUUM ANALYZE bench_orders" || return 2
             copy_template orders orders_tpl || return 2
             ;;
+        citus_dup)
+            citus_load_dups bench || return 2
+            ;;
+        citus_at|citus_at_dup)
+            if [ "$CITUS_AT" = missing ]; then
+                SKIPPED+=("$1: skipped: function idem_claim_at(\"any\", text, text, interval, text) not installed")
+                return 1
+            fi
+            [ "$1" = citus_at ] || citus_load_dups bench_at || return 2
+            ;;
         purge)
             log "preparing database purge_tpl ($BENCH_PURGE_ROWS expired records)"
             make_template purge_tpl \
@@ -391,8 +439,19 @@ prepare_run() { # pair side
             copy_template purge purge_tpl;;
         transition)
             copy_template orders orders_tpl;;
+        citus)
+            q bench -c "TRUNCATE idem_records, bench_claims" >/dev/null;;
+        citus_business)
+            q bench -c "TRUNCATE idem_records, bench_claims, bench_cledger" >/dev/null;;
+        citus_at)
+            q bench_at -c "TRUNCATE idem_records, bench_claims" >/dev/null;;
+        citus_dup|citus_at_dup) ;;
     esac || return 2
-    q bench -c "CHECKPOINT" >/dev/null
+    if citus_pair "$1"; then
+        citus_all "CHECKPOINT"
+    else
+        q bench -c "CHECKPOINT" >/dev/null
+    fi
 }
 
 # run_side SYNC PAIR SIDE ROUND (ROUND 0 = warm-up, not recorded)
@@ -411,7 +470,7 @@ run_side() {
     if [ "$pair" = purge ] && [ "$side" = A ]; then
         expired0=$(q purge -c "SELECT count(*) FROM idem_records WHERE scope = 'expired'")
     fi
-    lsn0=$(q "$db" -c "SELECT pg_current_wal_insert_lsn()")
+    if citus_pair "$pair"; then lsn0=$(citus_lsns); else lsn0=$(q "$db" -c "SELECT pg_current_wal_insert_lsn()"); fi
     cpu_settle
     cpu_sample
     read -r b0 t0 c0 m0 <<<"$CPU_SAMPLE"
@@ -424,7 +483,7 @@ run_side() {
         wait "$PURGER_PID"
         PURGER_PID=
     fi
-    lsn1=$(q "$db" -c "SELECT pg_current_wal_insert_lsn()")
+    if citus_pair "$pair"; then lsn1=$(citus_lsns); else lsn1=$(q "$db" -c "SELECT pg_current_wal_insert_lsn()"); fi
     cpu_settle
     cpu_sample
     read -r b1 t1 c1 m1 <<<"$CPU_SAMPLE"
@@ -453,9 +512,14 @@ run_side() {
     # writes WAL and has an xid (a transactional logical message; a
     # transaction that writes no WAL would commit asynchronously anyway).
     local walall rmgr
-    walall=$(q "$db" -c "SELECT pg_wal_lsn_diff('$lsn1', '$lsn0')")
     rmgr=""
-    if [ "$walall" -gt 0 ]; then
+    if citus_pair "$pair"; then
+        # All three nodes, without the breakdown by resource manager.
+        walall=$(citus_wal_diff "$lsn0" "$lsn1")
+    else
+        walall=$(q "$db" -c "SELECT pg_wal_lsn_diff('$lsn1', '$lsn0')")
+    fi
+    if [ "$walall" -gt 0 ] && ! citus_pair "$pair"; then
         q "$db" -c "SET synchronous_commit = on" \
             -c "SELECT pg_logical_emit_message(true, 'bench', 'flush')" >/dev/null
         idem_as_pg pg_waldump -p "$IDEM_PGDATA/pg_wal" -s "$lsn0" -e "$lsn1" --stats=record \
@@ -464,7 +528,8 @@ run_side() {
                 gsub(/\([^)]*\)/, ""); split($1, t, "/"); b[t[1]] += $5; n[t[1]] += $2 }
             END { for (r in b) printf "%s:%d:%d,", r, n[r], b[r] }' "$out.wal")
     fi
-    wal=$(awk -v all="$walall" -v r="$rmgr" 'BEGIN {
+    wal=$(awk -v all="$walall" -v r="$rmgr" -v citus="$(citus_pair "$pair" && echo 1)" 'BEGIN {
+        if (citus) { print all; exit }
         k = split(r, e, ","); other = 0; standby = 0
         for (i = 1; i <= k; i++) { if (e[i] == "") continue; split(e[i], f, ":")
             if (f[1] == "Standby") standby += f[3]; else other += f[2] }
@@ -483,28 +548,40 @@ run_side() {
 mkdir -p "$WORK/out"
 [ "$(id -u)" -ne 0 ] || chown postgres: "$WORK/out"
 
+# run_pair SYNC PAIR: set up, warm up, then the rounds A, B, A, B, ...
+run_pair() {
+    local sync=$1 pair=$2 failed=0 r
+    setup_pair "$pair"
+    case $? in
+        0) ;;
+        1) return 0;;
+        *) idem_die "setting up pair $pair failed";;
+    esac
+    log "pair $pair, synchronous_commit = $sync"
+    run_side "$sync" "$pair" A 0 && run_side "$sync" "$pair" B 0 \
+        || { SKIPPED+=("$pair ($sync): failed, see the log above"); return 0; }
+    for r in $(seq 1 "$BENCH_ROUNDS"); do
+        run_side "$sync" "$pair" A "$r" && run_side "$sync" "$pair" B "$r" || { failed=1; break; }
+    done
+    [ "$failed" = 0 ] || SKIPPED+=("$pair ($sync): failed, see the log above")
+}
+
 for sync in $BENCH_SYNC; do
     [ "$BENCH_PAIRS" = none ] && break
     q postgres -c "ALTER SYSTEM SET synchronous_commit = $sync" -c "SELECT pg_reload_conf()" >/dev/null
     sleep 1
     [ "$(q bench -c "SHOW synchronous_commit")" = "$sync" ] || idem_die "synchronous_commit did not change to $sync"
     for pair in $BENCH_PAIRS; do
-        setup_pair "$pair"
-        case $? in
-            0) ;;
-            1) continue;;
-            *) idem_die "setting up pair $pair failed";;
-        esac
-        log "pair $pair, synchronous_commit = $sync"
-        run_side "$sync" "$pair" A 0 && run_side "$sync" "$pair" B 0 \
-            || { SKIPPED+=("$pair ($sync): failed, see the log above"); continue; }
-        failed=0
-        for r in $(seq 1 "$BENCH_ROUNDS"); do
-            run_side "$sync" "$pair" A "$r" && run_side "$sync" "$pair" B "$r" || { failed=1; break; }
-        done
-        [ "$failed" = 0 ] || SKIPPED+=("$pair ($sync): failed, see the log above")
+        if citus_pair "$pair"; then
+            citus_enter "$sync" || continue
+            run_pair "$sync" "$pair"
+            citus_leave
+        else
+            run_pair "$sync" "$pair"
+        fi
     done
 done
+citus_stop
 
 # The profile (BENCH_PROFILE=1) and the report, one file each, sourced:
 # they run in this shell, on its variables and functions.

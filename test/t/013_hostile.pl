@@ -198,6 +198,7 @@ my %null_rules = (
 	'idem_stats()'             => [ '', [], [] ],
 	'idem_stats_reset()'       => [ '', [], [] ],
 	'idem_summary()'           => [ '', [], [] ],
+	'idem_cluster_stats()'     => [ '', [], [] ],
 	'idem_machines_trigger()'  => [ '', [], [] ],
 	'idem_guard_trigger()'     => [ '', [], [] ],);
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Install Citus for the scale-out TAP test (test/t/020_citus.pl).
+# Install Citus for the scale-out TAP tests (test/t/020_citus.pl to
+# 023_citus_shard_key.pl).
 #
 # When citus.so is missing from PG_CONFIG's pkglibdir (default: Debian's
 # PostgreSQL 15, /usr/lib/postgresql/15/bin/pg_config; Citus 13.2.2 supports

@@ -52,28 +52,11 @@
 bool
 idem_citus_table(Oid relid)
 {
-	Oid			catalog;
-	Oid			index;
-	Relation	pdp;
-	ScanKeyData skey;
-	SysScanDesc scan;
-	bool		found;
+	char		method;
+	AttrNumber	distatt;
+	int32		colocation;
 
-	if (!OidIsValid(get_extension_oid("citus", true)))
-		return false;
-	catalog = get_relname_relid("pg_dist_partition", PG_CATALOG_NAMESPACE);
-	if (!OidIsValid(catalog))
-		return false;
-	index = get_relname_relid("pg_dist_partition_logical_relid_index", PG_CATALOG_NAMESPACE);
-
-	pdp = table_open(catalog, AccessShareLock);
-	/* logicalrelid (attribute 1) is a regclass: compared as an oid. */
-	ScanKeyInit(&skey, 1, BTEqualStrategyNumber, F_OIDEQ, ObjectIdGetDatum(relid));
-	scan = systable_beginscan(pdp, index, OidIsValid(index), NULL, 1, &skey);
-	found = HeapTupleIsValid(systable_getnext(scan));
-	systable_endscan(scan);
-	table_close(pdp, AccessShareLock);
-	return found;
+	return idem_citus_partition(relid, &method, &distatt, &colocation);
 }
 
 /*
@@ -82,8 +65,8 @@ idem_citus_table(Oid relid)
  * that does not fit in NAMEDATALEN, name clipped, a hash of the whole
  * name, then _<shardid>.  out has NAMEDATALEN bytes.
  */
-static void
-citus_shard_name(char *out, const char *name, int64 shardid)
+void
+idem_citus_shard_name(char *out, const char *name, int64 shardid)
 {
 	char		suffix[NAMEDATALEN];
 	int			len = strlen(name);
@@ -229,7 +212,7 @@ idem_citus_shard_rel(Relation rel, Oid *logical, int64 *shardid, char **minvalue
 		if (lname != NULL && get_rel_namespace(table) == RelationGetNamespace(rel) &&
 			table != RelationGetRelid(rel))
 		{
-			citus_shard_name(expect, lname, id);
+			idem_citus_shard_name(expect, lname, id);
 			found = strcmp(expect, name) == 0;
 		}
 		if (found && logical != NULL)
@@ -315,32 +298,26 @@ idem_citus_local_placement(Oid logical, const char *minvalue)
 	lname = get_rel_name(logical);
 	if (n != 1 || lname == NULL)
 		return InvalidOid;
-	citus_shard_name(name, lname, shardid);
+	idem_citus_shard_name(name, lname, shardid);
 	return get_relname_relid(name, get_rel_namespace(logical));
 }
 
 /*
- * fname (idem_begin) on a Citus node other than the coordinator while
- * idem_records is a Citus table (records_citus): refused.  idem_token_seq
- * is a sequence of each node, so a token drawn on a worker could be below
- * one that the coordinator issued for the same key, and fencing would not
- * hold.  The node is the coordinator when pg_catalog.pg_dist_local_group
- * says group 0.
+ * This node's Citus group (pg_catalog.pg_dist_local_group: 0 on the
+ * coordinator), or -1 without Citus's catalogs.  Reads the catalog:
+ * callers that need it often cache it.
  */
-void
-idem_refuse_citus_worker_tokens(bool records_citus, const char *fname)
+int32
+idem_citus_local_group(void)
 {
-	Oid			catalog;
+	Oid			catalog = get_relname_relid("pg_dist_local_group", PG_CATALOG_NAMESPACE);
 	Relation	rel;
 	SysScanDesc scan;
 	HeapTuple	tup;
-	int32		group = 0;
+	int32		group = -1;
 
-	if (!records_citus)
-		return;
-	catalog = get_relname_relid("pg_dist_local_group", PG_CATALOG_NAMESPACE);
 	if (!OidIsValid(catalog))
-		return;
+		return -1;
 	rel = table_open(catalog, AccessShareLock);
 	scan = systable_beginscan(rel, InvalidOid, false, NULL, 0, NULL);
 	tup = systable_getnext(scan);
@@ -354,7 +331,26 @@ idem_refuse_citus_worker_tokens(bool records_citus, const char *fname)
 	}
 	systable_endscan(scan);
 	table_close(rel, AccessShareLock);
-	if (group != 0)
+	return group;
+}
+
+/*
+ * fname (idem_begin) on a Citus node other than the coordinator while
+ * idem_records is a Citus table (records_citus): refused.  idem_token_seq
+ * is a sequence of each node, so a token drawn on a worker could be below
+ * one that the coordinator issued for the same key, and fencing would not
+ * hold.  The node is the coordinator when pg_catalog.pg_dist_local_group
+ * says group 0.
+ */
+void
+idem_refuse_citus_worker_tokens(bool records_citus, const char *fname)
+{
+	int32		group;
+
+	if (!records_citus)
+		return;
+	group = idem_citus_local_group();
+	if (group > 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("%s: fencing tokens are issued on the Citus coordinator only", fname),

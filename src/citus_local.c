@@ -49,7 +49,8 @@
  *	  AccessShareLock, released at once.  Visibility: the catalogs are read
  *	  with a catalog snapshot taken after the metadata lock.
  *
- *	  direct.c calls this file; it calls no other file of src/.
+ *	  direct.c calls this file; it calls only citus.c (partition, local
+ *	  group, Citus's shard names).
  *
  *-------------------------------------------------------------------------
  */
@@ -65,7 +66,6 @@
 #include "catalog/pg_type.h"
 #include "commands/extension.h"
 #include "fmgr.h"
-#include "nodes/primnodes.h"
 #include "storage/lmgr.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
@@ -176,35 +176,6 @@ catalog_att(Relation rel, const char *name)
 	return att;
 }
 
-/* This node's Citus group (pg_dist_local_group), or -1. */
-static int32
-local_group(void)
-{
-	Oid			catalog = get_relname_relid("pg_dist_local_group", PG_CATALOG_NAMESPACE);
-	Relation	rel;
-	SysScanDesc scan;
-	HeapTuple	tup;
-	int32		group = -1;
-
-	if (!OidIsValid(catalog))
-		return -1;
-	rel = table_open(catalog, AccessShareLock);
-	scan = systable_beginscan(rel, InvalidOid, false, NULL, 0, NULL);
-	tup = systable_getnext(scan);
-	if (HeapTupleIsValid(tup))
-	{
-		bool		isnull;
-		Datum		d = heap_getattr(tup, catalog_att(rel, "groupid"),
-									 RelationGetDescr(rel), &isnull);
-
-		if (!isnull)
-			group = DatumGetInt32(d);
-	}
-	systable_endscan(scan);
-	table_close(rel, AccessShareLock);
-	return group;
-}
-
 /* Rows of a pg_dist_* catalog whose (oid or int8) column att is v. */
 static SysScanDesc
 scan_catalog(Relation rel, const char *index, AttrNumber att, Oid proc, Datum v,
@@ -216,39 +187,21 @@ scan_catalog(Relation rel, const char *index, AttrNumber att, Oid proc, Datum v,
 	return systable_beginscan(rel, indexid, OidIsValid(indexid), NULL, 1, skey);
 }
 
-/* Is idem_records (relid) hash-distributed by key, "C" collation? */
+/* Is records hash-distributed by its column key, text "C"? */
 static bool
-distributed_by_key(Oid relid)
+distributed_by_key(Relation records)
 {
-	Relation	rel = table_open(get_relname_relid("pg_dist_partition", PG_CATALOG_NAMESPACE),
-								 AccessShareLock);
-	ScanKeyData skey;
-	SysScanDesc scan = scan_catalog(rel, "pg_dist_partition_logical_relid_index",
-									catalog_att(rel, "logicalrelid"),
-									F_OIDEQ, ObjectIdGetDatum(relid), &skey);
-	HeapTuple	tup = systable_getnext(scan);
-	bool		ok = false;
+	char		method;
+	AttrNumber	distatt;
+	int32		colocation;
+	Form_pg_attribute key;
 
-	if (HeapTupleIsValid(tup))
-	{
-		bool		isnull;
-		char		method = DatumGetChar(heap_getattr(tup, catalog_att(rel, "partmethod"),
-													   RelationGetDescr(rel), &isnull));
-		Datum		key = heap_getattr(tup, catalog_att(rel, "partkey"),
-									   RelationGetDescr(rel), &isnull);
-
-		if (method == 'h' && !isnull)
-		{
-			Node	   *n = stringToNode(TextDatumGetCString(key));
-
-			ok = IsA(n, Var) && ((Var *) n)->varattno == IDEM_COL_KEY &&
-				((Var *) n)->vartype == TEXTOID &&
-				((Var *) n)->varcollid == C_COLLATION_OID;
-		}
-	}
-	systable_endscan(scan);
-	table_close(rel, AccessShareLock);
-	return ok;
+	if (!idem_citus_partition(RelationGetRelid(records), &method, &distatt, &colocation) ||
+		method != 'h' || distatt != IDEM_COL_KEY ||
+		RelationGetDescr(records)->natts < IDEM_COL_KEY)
+		return false;
+	key = TupleDescAttr(RelationGetDescr(records), IDEM_COL_KEY - 1);
+	return key->atttypid == TEXTOID && key->attcollation == C_COLLATION_OID;
 }
 
 /* Is shardid's only placement in group? */
@@ -292,7 +245,7 @@ load_ranges(Oid relid)
 	AttrNumber	att_min = catalog_att(rel, "shardminvalue");
 	AttrNumber	att_max = catalog_att(rel, "shardmaxvalue");
 	HeapTuple	tup;
-	int32		group = local_group();
+	int32		group = idem_citus_local_group();
 	int			cap = 16;
 	ShardRange *made = MemoryContextAlloc(TopMemoryContext, cap * sizeof(ShardRange));
 	int			n = 0;
@@ -353,7 +306,7 @@ range_of(Relation records, text *key)
 	}
 	if (ranges_relid != relid)
 	{
-		ranges_usable = distributed_by_key(relid);
+		ranges_usable = distributed_by_key(records);
 		if (ranges_usable)
 			load_ranges(relid);
 		/* An invalidation during the loading forgets it again: fine. */
@@ -400,8 +353,7 @@ idem_citus_local_shard(Relation records, text *key)
 	if (r == NULL || !r->local || r->shardid != shardid)
 		return NULL;
 
-	snprintf(relname, sizeof(relname), "%s_" INT64_FORMAT,
-			 RelationGetRelationName(records), shardid);
+	idem_citus_shard_name(relname, RelationGetRelationName(records), shardid);
 	relid = get_relname_relid(relname, RelationGetNamespace(records));
 	if (!OidIsValid(relid))
 		return NULL;

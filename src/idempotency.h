@@ -50,9 +50,9 @@
  *	  The call graph has no cycle: shard.c and machine.c call no other
  *	  file, query.c calls only shard.c; stats.c and worker.c call only
  *	  query.c, so idempotency.c's _PG_init may call their init functions;
- *	  claim.c calls direct.c, which calls direct_table.c, citus.c and
- *	  citus_local.c (none calls another file), and batch.c and lease.c
- *	  call claim.c; the files with F_at twins (claim.c, records.c,
+ *	  claim.c calls direct.c, which calls direct_table.c and citus.c
+ *	  (neither calls another file) and citus_local.c (which calls only
+ *	  citus.c), and batch.c and lease.c call claim.c; the files with F_at twins (claim.c, records.c,
  *	  lease.c, token.c, batch.c) call shard.c; the state machines form the
  *	  chain machine.c <- machine_cache.c <- transition.c -> guard.c, and
  *	  guard_trigger.c -> guard_cache.c -> machine_cache.c; machine_cache.c,
@@ -334,6 +334,8 @@ extern bool idem_records_pk_is_scope_key(ResultRelInfo *rri);
  * and the errors for what does not hold on Citus yet.
  */
 extern bool idem_citus_table(Oid relid);
+extern int32 idem_citus_local_group(void);
+extern void idem_citus_shard_name(char *out, const char *name, int64 shardid);
 
 /* citus_local.c: the fast path on this node's shard of a key. */
 extern Relation idem_citus_local_shard(Relation records, text *key);

@@ -122,6 +122,7 @@
 
 static bool records_is_citus(Relation rel);
 static IdemDirect *direct_open_rel(Oid nsp, Relation rel);
+static IdemDirect *direct_open_key(Oid nsp, text *key);
 
 /*
  * May the fast path write to rel?  Only when a plain INSERT by the current
@@ -313,32 +314,26 @@ direct_records(Oid nsp)
 IdemDirect *
 idem_direct_open(Oid nsp)
 {
-	Relation	rel = direct_records(nsp);
-
-	if (rel == NULL)
-		return NULL;
-	if (!direct_usable(rel))
-	{
-		table_close(rel, NoLock);
-		return NULL;
-	}
-	return direct_open_rel(nsp, rel);
+	return direct_open_key(nsp, NULL);
 }
 
 /*
- * idem_direct_open for one key of an idem_records that Citus distributes
- * by key, on the node that holds the key's shard: the fast path writes
- * into the shard relation (citus_local.c).  NULL when it does not apply.
+ * idem_direct_open, and for one key (key not NULL) of an idem_records
+ * that Citus distributes by key, on the node that holds the key's shard:
+ * the fast path then writes into the shard relation (citus_local.c).
+ * idem_records is opened once either way.
  */
 static IdemDirect *
-direct_open_local_shard(Oid nsp, text *key)
+direct_open_key(Oid nsp, text *key)
 {
 	Relation	rel = direct_records(nsp);
 	Relation	shard;
 
 	if (rel == NULL)
 		return NULL;
-	shard = records_is_citus(rel) ? idem_citus_local_shard(rel, key) : NULL;
+	if (direct_usable(rel))
+		return direct_open_rel(nsp, rel);
+	shard = key != NULL && records_is_citus(rel) ? idem_citus_local_shard(rel, key) : NULL;
 	table_close(rel, NoLock);
 	if (shard == NULL)
 		return NULL;
@@ -533,11 +528,9 @@ IdemDirectResult
 idem_direct_claim(Oid nsp, text *scope, text *key, TimestampTz now,
 				  TimestampTz expires, bytea *fp, IdemRecordState *rec)
 {
-	IdemDirect *d = idem_direct_open(nsp);
+	IdemDirect *d = direct_open_key(nsp, key);
 	IdemDirectResult result;
 
-	if (d == NULL)
-		d = direct_open_local_shard(nsp, key);
 	if (d == NULL)
 		return IDEM_DIRECT_DECLINED;
 	result = idem_direct_claim_key(d, scope, key, now, expires, fp, rec);

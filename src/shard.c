@@ -14,9 +14,10 @@
  *	  src/:
  *	  - idem_shard_type: the type of idem_records.shard_key in a schema, or
  *	    InvalidOid when the column does not exist (the usual case, and the
- *	    only one without Citus).  One cached answer; a relcache callback
- *	    forgets it whenever any relation changes (ALTER TABLE ... ADD
- *	    COLUMN sends one), so the next call looks again.
+ *	    only one without Citus).  One cached answer; a relcache
+ *	    invalidation of idem_records (ALTER TABLE ... ADD COLUMN sends
+ *	    one), or of every relation, forgets it, so the next call looks
+ *	    again.
  *	  - idem_shard_call: the body of every F_at.  It converts its first
  *	    argument to the column's type, makes it the current shard key, and
  *	    calls F's C function with the remaining arguments (the same flinfo,
@@ -60,10 +61,15 @@ static bool shard_callback_registered = false;
 static bool shard_current_set = false;
 static Datum shard_current_value = (Datum) 0;
 
+static Oid	shard_cache_relid = InvalidOid;	/* idem_records, when known */
+
+/* Forget the answer when idem_records (or every relation) changes. */
 static void
 shard_cache_reset(Oid relid)
 {
-	shard_cache_valid = false;
+	if (!OidIsValid(relid) || relid == shard_cache_relid ||
+		!OidIsValid(shard_cache_relid))
+		shard_cache_valid = false;
 }
 
 /*
@@ -86,6 +92,7 @@ idem_shard_type(Oid nsp)
 	}
 
 	relid = get_relname_relid("idem_records", nsp);
+	shard_cache_relid = relid;
 	if (OidIsValid(relid))
 	{
 		AttrNumber	attnum = get_attnum(relid, "shard_key");

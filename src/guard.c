@@ -7,31 +7,47 @@
  *	  them for idem_machine_drop (transition.c).  The triggers' run time is
  *	  guard_trigger.c, their cache guard_cache.c.
  *
- *	  A guard on column c of table t, machine m, is a set of row triggers,
- *	  all running idem_guard_trigger(m, c, version column or '', role):
- *	    idem_guard_check_<c>    AFTER UPDATE OF c
- *	                            WHEN (NOT idem_guard_allows(m, OLD.c, NEW.c))
+ *	  A guard on column c of table t, machine m, is a set of triggers, all
+ *	  running idem_guard_trigger(m, c, version column or '', role):
+ *	    idem_guard_check_<c>    AFTER UPDATE
+ *	                            WHEN (NOT idem_guard_allows(m, OLD.c, NEW.c)
+ *	                                  [OR c changed AND NEW.v <> OLD.v + 1])
  *	    idem_guard_insert_<c>   AFTER INSERT
  *	                            WHEN (NEW.c IS NULL OR
  *	                                  NOT idem_guard_allows(m, NULL, NEW.c))
- *	    idem_guard_version_<c>  BEFORE UPDATE OF c, v       (version column v)
- *	                            WHEN (OLD.c, NEW.c differ, by pg_catalog operators)
- *	    idem_guard_log_<c>      AFTER INSERT OR UPDATE OF c (history)
+ *	    idem_guard_version_<c>  BEFORE UPDATE WHEN (c changed)  (version v)
+ *	    idem_guard_log_<c>      AFTER UPDATE WHEN (c changed)   (history)
+ *	    idem_guard_lognew_<c>   AFTER INSERT                    (history)
+ *	    idem_guard_children_<c> BEFORE UPDATE FOR EACH STATEMENT (not Citus)
  *	  The check lives in the WHEN condition, which PostgreSQL evaluates
  *	  while it saves the trigger event: a legal row costs one call of
  *	  idem_guard_allows (a cached machine, two binary searches) and no
  *	  queued event, no re-fetch of the row, no trigger call.  Only a row
  *	  that breaks the machine fires idem_guard_trigger, which finds out why
  *	  and raises ID004 at the end of the statement, rolling it back.
- *	  Being AFTER, the check sees the row as written, after every BEFORE
- *	  trigger, and only rows really written (not those ON CONFLICT or a
- *	  BEFORE trigger skipped).  Rules (transition.c: idem_guard_allows): an
- *	  INSERT, or an UPDATE from NULL, must use an initial state; an UPDATE
- *	  that changes the value must follow a declared transition; the same
- *	  value always passes.  The version trigger sets the version column to
- *	  the old version + 1 on every change; the log trigger appends each
- *	  change (inserts included, from NULL) to idem_transition_log through a
- *	  saved plan.
+ *	  Being AFTER and not UPDATE OF c, the check sees the row as written,
+ *	  after every BEFORE trigger, whether or not the UPDATE names the
+ *	  column, and only rows really written.  Rules (transition.c:
+ *	  idem_guard_verdict): an INSERT, or an UPDATE from NULL, must use an
+ *	  initial state; an UPDATE that changes the value must follow a
+ *	  declared transition; the same value always passes.  The version
+ *	  trigger sets the version column to the old version + 1 on every
+ *	  change (and the check refuses a change the version did not follow:
+ *	  a BEFORE trigger after it changed the status); the log triggers
+ *	  append each change (inserts included, from NULL) to
+ *	  idem_transition_log through a saved plan; the children trigger
+ *	  refuses an UPDATE that reaches an unguarded inheritance child.  Every
+ *	  row trigger's WHEN names the guarded column, so it depends on it
+ *	  (pg_depend): that is how the triggers are found, and how the
+ *	  trigger knows its column through renames (guard_cache.c).
+ *
+ *	  Invariant (issue 20): generated SQL binds only to the extension's
+ *	  and pg_catalog's objects: functions schema-qualified, operators as
+ *	  OPERATOR(pg_catalog.x), every argument cast to the declared type, so
+ *	  no overload a role with CREATE on some schema made beforehand can
+ *	  capture a call.  Only real guards (guard_cache.c's
+ *	  idem_guard_trigger_is_real) count for idem_unguard and
+ *	  idem_machine_drop.
  *
  *	  pg_trigger is the only registry: dropping the table drops the guard,
  *	  and DROP EXTENSION ... CASCADE drops the triggers (without CASCADE it
@@ -53,7 +69,9 @@
  *	  locks on the shards for the trigger DDL and create_distributed_table.
  *
  *	  Partitioned tables are refused: a row moved to another partition is
- *	  inserted there anew, which would have to be an initial state.
+ *	  inserted there anew, which would have to be an initial state.  A
+ *	  table with inheritance children is refused unless every child is
+ *	  guarded alike (an UPDATE of the parent reaches their rows).
  *
  *	  Citus (docs/citus.md): on a hash-distributed table the same triggers
  *	  are created through Citus, with citus.enable_unsafe_triggers set for
@@ -81,10 +99,12 @@
  */#include "postgres.h"
 
 #include "access/htup_details.h"
+#include "access/table.h"
 #include "access/sysattr.h"
 #include "access/xact.h"
 #include "catalog/objectaddress.h"
 #include "catalog/pg_class.h"
+#include "catalog/pg_inherits.h"
 #include "catalog/pg_trigger.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
@@ -94,6 +114,7 @@
 #include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "nodes/bitmapset.h"
+#include "parser/parse_func.h"
 #include "storage/lmgr.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
@@ -116,32 +137,37 @@ PG_FUNCTION_INFO_V1(idem_unguard);
 #define GUARD_PREFIX	"idem_guard_"
 
 /*
- * The triggers of idem_guard_trigger on a table that depend on one of its
- * columns (each guard trigger does, through UPDATE OF or WHEN): the
- * triggers of the guard of that column, whatever the column or the
- * triggers are called now.
+ * The triggers of idem_guard_trigger on a table, with what tells whether
+ * they belong to the guard of one of its columns ($3): a row trigger
+ * depends on the column (through its WHEN condition or, made by 0.4.0,
+ * UPDATE OF), whatever the column or the triggers are called now; the
+ * statement trigger ("children") names the column in its arguments.
  */
 static IdemQuery q_guard_triggers = {
-	"SELECT t.tgname::pg_catalog.text"
-	" FROM pg_catalog.pg_trigger t"
-	" JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) t.tgfoid"
-	" WHERE t.tgrelid OPERATOR(pg_catalog.=) $2"
-	" AND p.pronamespace OPERATOR(pg_catalog.=) $1"
-	" AND p.proname OPERATOR(pg_catalog.=) 'idem_guard_trigger'"
-	" AND EXISTS (SELECT FROM pg_catalog.pg_depend d"
+	"SELECT t.tgname::pg_catalog.text, t.tgtype::pg_catalog.int4, t.tgnargs::pg_catalog.int4,"
+	"       t.tgargs, t.tgqual::pg_catalog.text,"
+	"       pg_catalog.cardinality(t.tgattr::pg_catalog.int2[]),"
+	"       EXISTS (SELECT FROM pg_catalog.pg_depend d"
 	"   WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_trigger'::pg_catalog.regclass"
 	"   AND d.objid OPERATOR(pg_catalog.=) t.oid"
 	"   AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass"
 	"   AND d.refobjid OPERATOR(pg_catalog.=) t.tgrelid"
 	"   AND d.refobjsubid OPERATOR(pg_catalog.=) $3)"
+	" FROM pg_catalog.pg_trigger t"
+	" JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) t.tgfoid"
+	" WHERE t.tgrelid OPERATOR(pg_catalog.=) $2"
+	" AND p.pronamespace OPERATOR(pg_catalog.=) $1"
+	" AND p.proname OPERATOR(pg_catalog.=) 'idem_guard_trigger'"
 	" ORDER BY 1",
 	3, {OIDOID, OIDOID, INT4OID}
 };
 
-/* Every trigger of idem_guard_trigger in the database, with its arguments. */
+/* Every trigger of idem_guard_trigger in the database, with its shape. */
 static IdemQuery q_guards_all = {
 	"SELECT t.tgargs, t.tgtype::pg_catalog.int4,"
-	"       pg_catalog.format('%I.%I', n.nspname, c.relname)"
+	"       pg_catalog.format('%I.%I', n.nspname, c.relname),"
+	"       t.tgnargs::pg_catalog.int4, t.tgqual::pg_catalog.text,"
+	"       pg_catalog.cardinality(t.tgattr::pg_catalog.int2[])"
 	" FROM pg_catalog.pg_trigger t"
 	" JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) t.tgfoid"
 	" JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) t.tgrelid"
@@ -262,14 +288,69 @@ user_column(Oid relid, const char *table, const char *column, const char *fname)
 	return att;
 }
 
-/* DROP every trigger of the guard of (relid, att); how many.  Inside SPI. */
+/*
+ * Column col of a row our query over pg_catalog returned, of type type
+ * (can't-happen otherwise: the catalogs' shapes are PostgreSQL's).
+ */
+static Datum
+catalog_col(HeapTuple tup, TupleDesc desc, int col, Oid type, bool *isnull)
+{
+	if (SPI_gettypeid(desc, col) != type)
+		elog(ERROR, "column %d of a catalog query has type %u, not %u",
+			 col, SPI_gettypeid(desc, col), type);
+	return SPI_getbinval(tup, desc, col, isnull);
+}
+
+/*
+ * A pg_trigger row of idem_guard_trigger as the SPI queries above return
+ * it (columns from first: tgtype, tgnargs, tgargs, tgqual, number of
+ * UPDATE OF columns): is it a real guard trigger (guard_cache.c's one
+ * definition), and of which role?  Its arguments in *args (nargs of them).
+ */
+static bool
+spi_trigger_is_real(HeapTuple tup, TupleDesc desc, int tgtype_col, int nargs_col,
+					int args_col, int qual_col, int nattr_col, Oid allows,
+					char ***args, int *nargs, GuardRole *role)
+{
+	bool		isnull;
+	Datum		d;
+	char	   *qual;
+	int			tgtype;
+	int			nattr;
+
+	tgtype = DatumGetInt32(catalog_col(tup, desc, tgtype_col, INT4OID, &isnull));
+	*nargs = DatumGetInt32(catalog_col(tup, desc, nargs_col, INT4OID, &isnull));
+	d = catalog_col(tup, desc, args_col, BYTEAOID, &isnull);
+	*args = palloc0(sizeof(char *) * (Max(*nargs, 0) + 1));
+	if (isnull || *nargs < IDEM_GUARD_NARGS ||
+		!split_tgargs(DatumGetByteaPP(d), *args, *nargs))
+		return false;
+	d = catalog_col(tup, desc, qual_col, TEXTOID, &isnull);
+	qual = isnull ? NULL : TextDatumGetCString(d);
+	nattr = DatumGetInt32(catalog_col(tup, desc, nattr_col, INT4OID, &isnull));
+	if (isnull)
+		nattr = 0;
+	return idem_guard_trigger_is_real((int16) tgtype, nattr, qual, *nargs, *args,
+									  allows, role);
+}
+
+/*
+ * DROP every trigger of the guard of (relid, att), whose column is called
+ * column; returns how many of them are real guard checks of an UPDATE (0:
+ * the column has no guard, whatever else calls idem_guard_trigger on it).
+ * Inside SPI.
+ */
 static int
-drop_guard_triggers(Oid relid, Oid nsp, AttrNumber att, const char *table)
+drop_guard_triggers(Oid relid, Oid nsp, AttrNumber att, const char *column,
+					const char *table)
 {
 	Datum		values[3];
 	int			n;
 	int			i;
+	int			ndrop = 0;
+	int			real = 0;
 	char	  **names;
+	Oid			allows = idem_guard_allows_oid(nsp);
 
 	values[0] = ObjectIdGetDatum(nsp);
 	values[1] = ObjectIdGetDatum(relid);
@@ -277,8 +358,29 @@ drop_guard_triggers(Oid relid, Oid nsp, AttrNumber att, const char *table)
 	n = idem_query_exec(&q_guard_triggers, nsp, values, NULL, false, 0);
 	names = palloc(sizeof(char *) * Max(n, 1));
 	for (i = 0; i < n; i++)
-		names[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
-	for (i = 0; i < n; i++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[i];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		bool		isnull;
+		bool		depends;
+		bool		is_real;
+		char	  **args;
+		int			nargs;
+		GuardRole	role = GUARD_CHECK;
+		int			tgtype;
+
+		depends = DatumGetBool(catalog_col(tup, desc, 7, BOOLOID, &isnull));
+		tgtype = DatumGetInt32(catalog_col(tup, desc, 2, INT4OID, &isnull));
+		is_real = spi_trigger_is_real(tup, desc, 2, 3, 4, 5, 6, allows, &args, &nargs, &role);
+		if (TRIGGER_FOR_ROW(tgtype) ? !depends :
+			!(nargs >= IDEM_GUARD_NARGS && strcmp(args[3], IDEM_GUARD_ROLE_CHILDREN) == 0 &&
+			  strcmp(args[1], column) == 0))
+			continue;
+		if (is_real && role == GUARD_CHECK && TRIGGER_FOR_UPDATE(tgtype))
+			real++;
+		names[ndrop++] = SPI_getvalue(tup, desc, 1);
+	}
+	for (i = 0; i < ndrop; i++)
 	{
 		char	   *sql = psprintf("DROP TRIGGER %s ON %s",
 								   quote_identifier(names[i]), table);
@@ -286,7 +388,7 @@ drop_guard_triggers(Oid relid, Oid nsp, AttrNumber att, const char *table)
 		if (SPI_execute(sql, false, 0) != SPI_OK_UTILITY)
 			elog(ERROR, "SPI_execute failed: %s", sql);
 	}
-	return n;
+	return real;
 }
 
 static void
@@ -345,42 +447,82 @@ version_column(Oid relid, const char *table, const char *version_col,
 	return version_att;
 }
 
-/* CREATE TRIGGER the triggers of guard g (see the header).  Inside SPI. */
+/*
+ * CREATE TRIGGER the triggers of guard g (see the header).  Inside SPI.
+ *
+ * Generated SQL is code: every call and operator in it is the extension's
+ * or pg_catalog's, named with its schema, and every argument is cast to
+ * the declared type (pg_catalog.text), so that no overload a role with
+ * CREATE on some schema made beforehand (idem_guard_allows(text, varchar,
+ * varchar), say) can capture the call: an exact match always wins.
+ */
 static void
-create_guard_triggers(const GuardSpec *g, bool history)
+create_guard_triggers(const GuardSpec *g, bool history, bool children)
 {
 	const char *qcol = quote_identifier(g->status_col);
+	const char *oldv = psprintf("(OLD.%s)::pg_catalog.text", qcol);
+	const char *newv = psprintf("(NEW.%s)::pg_catalog.text", qcol);
+	/* The status changed (NULLs included), by pg_catalog operators only. */
+	const char *changed = psprintf("((OLD.%s IS NULL) OPERATOR(pg_catalog.<>) (NEW.%s IS NULL)"
+								   " OR %s OPERATOR(pg_catalog.<>) %s)",
+								   qcol, qcol, oldv, newv);
+	const char *allows = psprintf("%s.idem_guard_allows(%s::pg_catalog.text, ",
+								  g->qnsp, g->qmachine);
 	char	   *func = psprintf("%s.idem_guard_trigger(%s, %s, %s, ", g->qnsp, g->qmachine,
 								quote_literal_cstr(g->status_col),
 								quote_literal_cstr(g->version_col ? g->version_col : ""));
+	const char *qver = g->version_col ? quote_identifier(g->version_col) : NULL;
+	/* A version that did not advance with the status (27000). */
+	const char *version_lag = g->version_col == NULL ? "" :
+		psprintf(" OR (%s AND (NEW.%s OPERATOR(pg_catalog.<>) (OLD.%s OPERATOR(pg_catalog.+) 1)))",
+				 changed, qver, qver);
 
-	create_guard_trigger(psprintf("CREATE TRIGGER %s AFTER UPDATE OF %s ON %s FOR EACH ROW"
-								  " WHEN (NOT %s.idem_guard_allows(%s, OLD.%s, NEW.%s))"
+	/*
+	 * No UPDATE OF: it misses a status that a BEFORE trigger changed, or an
+	 * UPDATE that does not name the column.  The WHEN conditions are
+	 * evaluated on the row as written, after every BEFORE trigger.
+	 */
+	create_guard_trigger(psprintf("CREATE TRIGGER %s AFTER UPDATE ON %s FOR EACH ROW"
+								  " WHEN ((NOT %s%s, %s))%s)"
 								  " EXECUTE FUNCTION %s'" IDEM_GUARD_ROLE_CHECK "')",
 								  quote_identifier(guard_trigger_name("check", g->status_col)),
-								  qcol, g->table, g->qnsp, g->qmachine, qcol, qcol, func));
+								  g->table, allows, oldv, newv, version_lag, func));
 	create_guard_trigger(psprintf("CREATE TRIGGER %s AFTER INSERT ON %s FOR EACH ROW"
-								  " WHEN (NEW.%s IS NULL OR NOT %s.idem_guard_allows(%s, NULL, NEW.%s))"
+								  " WHEN ((NEW.%s IS NULL) OR (NOT %sNULL::pg_catalog.text, %s)))"
 								  " EXECUTE FUNCTION %s'" IDEM_GUARD_ROLE_CHECK "')",
 								  quote_identifier(guard_trigger_name("insert", g->status_col)),
-								  g->table, qcol, g->qnsp, g->qmachine, qcol, func));
-	/* OF both columns, so that the version column cannot be dropped alone. */
+								  g->table, qcol, allows, newv, func));
+	/* Its WHEN names the version column too: the trigger depends on it. */
 	if (g->version_col != NULL)
-		create_guard_trigger(psprintf("CREATE TRIGGER %s BEFORE UPDATE OF %s, %s ON %s FOR EACH ROW"
-									  " WHEN ((OLD.%s IS NULL) OPERATOR(pg_catalog.<>) (NEW.%s IS NULL)"
-									  " OR OLD.%s OPERATOR(pg_catalog.<>) NEW.%s)"
+		create_guard_trigger(psprintf("CREATE TRIGGER %s BEFORE UPDATE ON %s FOR EACH ROW"
+									  " WHEN (%s AND (OLD.%s IS NULL OR OLD.%s IS NOT NULL))"
 									  " EXECUTE FUNCTION %s'" IDEM_GUARD_ROLE_VERSION "')",
 									  quote_identifier(guard_trigger_name("version", g->status_col)),
-									  qcol, quote_identifier(g->version_col), g->table,
-									  qcol, qcol, qcol, qcol, func));
-	/* On Citus, the log trigger names its co-located history table. */
+									  g->table, changed, qver, qver, func));
+	/* On Citus, the log triggers name their co-located history table. */
 	if (history)
-		create_guard_trigger(psprintf("CREATE TRIGGER %s AFTER INSERT OR UPDATE OF %s ON %s"
-									  " FOR EACH ROW EXECUTE FUNCTION %s'" IDEM_GUARD_ROLE_LOG "'%s%s)",
+	{
+		const char *hist = g->history_table ?
+			psprintf(", %s", quote_literal_cstr(g->history_table)) : "";
+
+		create_guard_trigger(psprintf("CREATE TRIGGER %s AFTER UPDATE ON %s FOR EACH ROW"
+									  " WHEN (%s)"
+									  " EXECUTE FUNCTION %s'" IDEM_GUARD_ROLE_LOG "'%s)",
 									  quote_identifier(guard_trigger_name("log", g->status_col)),
-									  qcol, g->table, func,
-									  g->history_table ? ", " : "",
-									  g->history_table ? quote_literal_cstr(g->history_table) : ""));
+									  g->table, changed, func, hist));
+		/* Every insert is logged; the WHEN names the column (pg_depend). */
+		create_guard_trigger(psprintf("CREATE TRIGGER %s AFTER INSERT ON %s FOR EACH ROW"
+									  " WHEN (NEW.%s IS NULL OR NEW.%s IS NOT NULL)"
+									  " EXECUTE FUNCTION %s'" IDEM_GUARD_ROLE_LOG "'%s)",
+									  quote_identifier(guard_trigger_name("lognew", g->status_col)),
+									  g->table, qcol, qcol, func, hist));
+	}
+	/* Inheritance children must carry the guard too (not on Citus). */
+	if (children)
+		create_guard_trigger(psprintf("CREATE TRIGGER %s BEFORE UPDATE ON %s FOR EACH STATEMENT"
+									  " EXECUTE FUNCTION %s'" IDEM_GUARD_ROLE_CHILDREN "')",
+									  quote_identifier(guard_trigger_name("children", g->status_col)),
+									  g->table, func));
 }
 
 /* ------------------------------------------------------------------------
@@ -498,6 +640,52 @@ citus_history_table(Oid relid, const char *table, AttrNumber distatt,
 }
 
 /*
+ * Every inheritance child (at any depth) of relid must carry the guard of
+ * machine on its column called column (made by idem_guard on the child
+ * first): an UPDATE of relid reaches the children's rows, and their
+ * triggers are their own.  0A000 otherwise.  The guard's statement
+ * trigger ("children") checks the same at every UPDATE, for children
+ * added later.
+ */
+static void
+check_children_guarded(Oid relid, Oid nsp, const char *table, const char *column,
+					   const char *machine, const char *fname)
+{
+	List	   *fname_list = list_make1(makeString(get_namespace_name(nsp)));
+	Oid			trigfunc;
+	Oid			allows = idem_guard_allows_oid(nsp);
+	List	   *kids = find_all_inheritors(relid, AccessShareLock, NULL);
+	ListCell   *lc;
+
+	fname_list = lappend(fname_list, makeString("idem_guard_trigger"));
+	trigfunc = LookupFuncName(fname_list, 0, NULL, false);
+
+	foreach(lc, kids)
+	{
+		Oid			kid = lfirst_oid(lc);
+		Relation	c;
+		char	   *name;
+
+		if (kid == relid)
+			continue;
+		c = table_open(kid, NoLock);	/* locked by find_all_inheritors */
+		if (!idem_rel_guarded(c, trigfunc, allows, machine, column))
+		{
+			name = quote_qualified_identifier(get_namespace_name(RelationGetNamespace(c)),
+											  RelationGetRelationName(c));
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("%s: inheritance child %s of %s has no guard", fname, name, table),
+					 errdetail("An UPDATE of %s reaches the rows of its inheritance children, whose triggers do not inherit a guard.",
+							   table),
+					 errhint("Guard each child first: SELECT idem_guard('%s', '%s', '%s').",
+							 name, column, machine)));
+		}
+		table_close(c, NoLock);
+	}
+}
+
+/*
  * idem_guard(tbl regclass, status_column name, machine text,
  *            version_column name DEFAULT NULL, history boolean DEFAULT false)
  *   RETURNS void
@@ -588,14 +776,19 @@ idem_guard(PG_FUNCTION_ARGS)
 	g.qnsp = quote_identifier(get_namespace_name(nsp));
 	g.qmachine = quote_literal_cstr(text_to_cstring(machine));
 
+	/* Inheritance children are reached by an UPDATE: they need the guard. */
+	if (!citus && has_subclass(relid))
+		check_children_guarded(relid, nsp, g.table, g.status_col,
+							   text_to_cstring(machine), fname);
+
 	idem_spi_connect();
 	if (citus)
 		level = citus_guc_begin();
 	if (citus && history)
 		g.history_table = citus_history_table(relid, g.table, distatt, colocation, fname);
 
-	drop_guard_triggers(relid, nsp, status_att, g.table);
-	create_guard_triggers(&g, history);
+	drop_guard_triggers(relid, nsp, status_att, g.status_col, g.table);
+	create_guard_triggers(&g, history, !citus);
 
 	if (citus)
 		citus_guc_end(level);
@@ -640,7 +833,7 @@ idem_unguard(PG_FUNCTION_ARGS)
 	idem_spi_connect();
 	if (citus)
 		level = citus_guc_begin();
-	if (drop_guard_triggers(relid, nsp, status_att, table) == 0)
+	if (drop_guard_triggers(relid, nsp, status_att, status_col, table) == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("%s: column \"%s\" of table %s has no guard",
@@ -664,25 +857,28 @@ idem_guards_of_machine(Oid nsp, const char *machine)
 	int			n;
 	int			i;
 	int			found = 0;
+	Oid			allows;
 
 	values[0] = ObjectIdGetDatum(nsp);
 	n = idem_query_exec(&q_guards_all, nsp, values, NULL, false, 0);
+	allows = idem_guard_allows_oid(nsp);
 
 	initStringInfo(&buf);
 	for (i = 0; i < n; i++)
 	{
 		HeapTuple	tup = SPI_tuptable->vals[i];
 		TupleDesc	desc = SPI_tuptable->tupdesc;
+		char	  **args;
+		int			nargs;
+		GuardRole	role;
 		bool		isnull;
-		Datum		d = SPI_getbinval(tup, desc, 1, &isnull);
-		char	   *args[IDEM_GUARD_NARGS];
 		int			tgtype;
 
-		if (isnull || !split_tgargs(DatumGetByteaPP(d), args, IDEM_GUARD_NARGS) ||
-			strcmp(args[0], machine) != 0 || strcmp(args[3], IDEM_GUARD_ROLE_CHECK) != 0)
+		/* Only real guards count: one line per guard, its UPDATE check. */
+		if (!spi_trigger_is_real(tup, desc, 2, 4, 1, 5, 6, allows, &args, &nargs, &role) ||
+			role != GUARD_CHECK || strcmp(args[0], machine) != 0)
 			continue;
-		/* One line per guard: its UPDATE check trigger. */
-		tgtype = DatumGetInt32(SPI_getbinval(tup, desc, 2, &isnull));
+		tgtype = DatumGetInt32(catalog_col(tup, desc, 2, INT4OID, &isnull));
 		if (!TRIGGER_FOR_UPDATE(tgtype))
 			continue;
 		appendStringInfo(&buf, "%scolumn \"%s\" of table %s",

@@ -5,22 +5,34 @@
  *	  each trigger OID, what its arguments and the guarded table say
  *	  (attribute numbers, types, role, the machine's name and a
  *	  generation-checked pointer to the compiled machine, the history
- *	  plan).  Used by guard_trigger.c at every firing.
+ *	  plan).  Used by guard_trigger.c at every firing.  Also the one
+ *	  definition of a real guard trigger (idem_guard_trigger_is_real),
+ *	  which the run time, idem_unguard and idem_machine_drop all apply.
  *
  *	  Calls: machine.c and machine_cache.c (idem_check_machine_name,
  *	  idem_machine_get), citus.c (is the firing relation a Citus shard: then
  *	  the entry names the distributed table, in messages and history, and
  *	  keeps the shard's hash range for the history); called by
- *	  guard_trigger.c only.
+ *	  guard_trigger.c and guard.c.
  *
- *	  Cache: trigger OID -> GuardEntry, in a dynahash in
+ *	  Cache: trigger OID -> GuardEntry *, in a dynahash in
  *	  CacheMemoryContext, found through fn_extra without a hash lookup.  A
  *	  relcache callback marks the entries of an invalidated relation stale
- *	  (ALTER TABLE, CREATE/DROP TRIGGER and DROP TABLE all invalidate it);
- *	  they are rebuilt or freed at the next trigger call, never inside the
- *	  callback, and never while their log plan is executing (busy).  An
- *	  entry built while an invalidation arrived is used once, not kept
- *	  valid.  Per row there is no catalog access.
+ *	  (ALTER TABLE, CREATE/DROP TRIGGER, GRANT and DROP TABLE all
+ *	  invalidate it); they are rebuilt or freed at the next trigger call,
+ *	  never inside the callback.  An entry in use (busy, a count: the
+ *	  trigger runs user code -- casts in the history INSERT, triggers,
+ *	  policies -- that can fire the same trigger again, nested) is never
+ *	  freed: a stale busy entry leaves the hash for the orphan list and is
+ *	  freed by a later sweep once nobody uses it.  An entry built while an
+ *	  invalidation arrived is used once, not kept valid.  Per row there is
+ *	  no catalog access.
+ *
+ *	  Identity of the guarded column: the column the trigger depends on in
+ *	  pg_depend (through its WHEN condition), which follows the column
+ *	  through renames as the WHEN condition does; the name in the trigger's
+ *	  arguments must still name that column, else the guard refuses to run
+ *	  (a renamed column and a new one of the old name cannot be confused).
  *
  *	  Errors met while building an entry (a guarded column renamed,
  *	  dropped or retyped since idem_guard) are raised inside the user's
@@ -31,17 +43,21 @@
  *	  statement holds its lock on the table, so the descriptor it reads
  *	  cannot change under it.
  *
- *	  Memory: each entry's strings and arrays live in its own context
+ *	  Memory: each entry, its strings and arrays live in its own context
  *	  under CacheMemoryContext; its log plan is a saved SPI plan.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
+#include "access/genam.h"
 #include "access/htup_details.h"
+#include "access/table.h"
 #include "access/sysattr.h"
 #include "access/xact.h"
+#include "catalog/indexing.h"
 #include "catalog/objectaddress.h"
+#include "catalog/pg_depend.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_trigger.h"
 #include "catalog/pg_type.h"
@@ -52,9 +68,12 @@
 #include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "nodes/bitmapset.h"
+#include "nodes/nodeFuncs.h"
+#include "parser/parse_func.h"
 #include "storage/lmgr.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
+#include "utils/fmgroids.h"
 #include "utils/hsearch.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
@@ -66,9 +85,17 @@
 
 #include "idempotency.h"
 
+/* The hash entry: the trigger's OID and its entry, allocated apart. */
+typedef struct GuardSlot
+{
+	Oid			tgoid;			/* hash key */
+	GuardEntry *entry;
+} GuardSlot;
+
 static HTAB *guard_cache = NULL;
 static bool guard_cache_dirty = false;
 static uint64 guard_sweeps = 0;	/* entries may have been removed */
+static GuardEntry *guard_orphans = NULL;	/* stale, busy, out of the hash */
 
 /* fn_extra of the trigger function: the entry, without a hash lookup. */
 typedef struct GuardCallCache
@@ -89,13 +116,15 @@ static void
 guard_cache_callback(Oid relid)
 {
 	HASH_SEQ_STATUS seq;
-	GuardEntry *e;
+	GuardSlot  *slot;
 
 	if (guard_cache == NULL)
 		return;
 	hash_seq_init(&seq, guard_cache);
-	while ((e = (GuardEntry *) hash_seq_search(&seq)) != NULL)
+	while ((slot = (GuardSlot *) hash_seq_search(&seq)) != NULL)
 	{
+		GuardEntry *e = slot->entry;
+
 		if (!OidIsValid(relid) || e->relid == relid)
 		{
 			e->valid = false;
@@ -105,44 +134,64 @@ guard_cache_callback(Oid relid)
 	}
 }
 
+/* Free an entry that nobody uses: its plan, and its context (itself). */
 static void
 guard_entry_release(GuardEntry *e)
 {
+	Assert(e->busy == 0);
 	if (e->log_plan != NULL)
 	{
 		SPI_freeplan(e->log_plan);
 		e->log_plan = NULL;
 	}
-	if (e->cxt != NULL)
-	{
-		MemoryContextDelete(e->cxt);
-		e->cxt = NULL;
-	}
-	e->m = NULL;
+	MemoryContextDelete(e->cxt);
 }
 
-/* Free the stale entries that are not in use. */
+/*
+ * Take the stale entry of slot out of the hash: freed now when nobody uses
+ * it, else put on the orphan list for a later sweep.
+ */
+static void
+guard_entry_retire(GuardSlot *slot)
+{
+	GuardEntry *e = slot->entry;
+
+	if (e->busy > 0)
+	{
+		e->orphan_next = guard_orphans;
+		guard_orphans = e;
+	}
+	else
+		guard_entry_release(e);
+	hash_search(guard_cache, &slot->tgoid, HASH_REMOVE, NULL);
+	guard_sweeps++;				/* fn_extra pointers to it are void */
+}
+
+/* Free the stale entries and the orphans that are not in use. */
 static void
 guard_cache_sweep(void)
 {
 	HASH_SEQ_STATUS seq;
-	GuardEntry *e;
-	bool		kept = false;
+	GuardSlot  *slot;
+	GuardEntry **link = &guard_orphans;
 
 	hash_seq_init(&seq, guard_cache);
-	while ((e = (GuardEntry *) hash_seq_search(&seq)) != NULL)
+	while ((slot = (GuardSlot *) hash_seq_search(&seq)) != NULL)
+		if (!slot->entry->valid)
+			guard_entry_retire(slot);
+	while (*link != NULL)
 	{
-		if (e->valid)
-			continue;
-		if (e->busy)
+		GuardEntry *e = *link;
+
+		if (e->busy > 0)
+			link = &e->orphan_next;
+		else
 		{
-			kept = true;
-			continue;
+			*link = e->orphan_next;
+			guard_entry_release(e);
 		}
-		guard_entry_release(e);
-		hash_search(guard_cache, &e->tgoid, HASH_REMOVE, NULL);
 	}
-	guard_cache_dirty = kept;
+	guard_cache_dirty = (guard_orphans != NULL);
 	guard_sweeps++;
 }
 
@@ -170,24 +219,21 @@ idem_not_a_guard(Trigger *tg)
 			(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
 			 errmsg("idem_guard_trigger: trigger \"%s\" was not created by idem_guard()",
 					tg->tgname),
-			 errhint("Install guards with idem_guard().")));
+			 errhint("Install guards with idem_guard(); a guard made before 0.5.0 is renewed by ALTER EXTENSION idempotency UPDATE or by calling idem_guard() again.")));
 }
 
-/* The version column of a version trigger's entry: by name, integer or bigint. */
+/* The version column of an entry: integer or bigint (42804). */
+static AttrNumber guard_column(TriggerData *td, GuardEntry *e, Bitmapset *deps,
+							   int argno, const char *what, const char *table);
+
 static void
-guard_entry_version(GuardEntry *e, TriggerData *td, const char *table)
+guard_entry_version(GuardEntry *e, TriggerData *td, Bitmapset *deps, const char *table)
 {
 	TupleDesc	desc = RelationGetDescr(td->tg_relation);
 	const char *version = td->tg_trigger->tgargs[2];
 	Form_pg_attribute attr;
 
-	e->version_att = column_of(desc, version);
-	if (e->version_att == InvalidAttrNumber)
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_COLUMN),
-				 errmsg("%s: version column \"%s\" of table %s does not exist",
-						idem_guard_doing(td, table), version, e->table_name),
-				 errhint("After renaming a guarded column, install the guard again with idem_guard().")));
+	e->version_att = guard_column(td, e, deps, 2, "version", table);
 	attr = TupleDescAttr(desc, e->version_att - 1);
 	if (attr->atttypid != INT4OID && attr->atttypid != INT8OID)
 		ereport(ERROR,
@@ -198,52 +244,247 @@ guard_entry_version(GuardEntry *e, TriggerData *td, const char *table)
 	e->version_int8 = (attr->atttypid == INT8OID);
 }
 
-/*
- * The role of a trigger, from its arguments as idem_guard wrote them (a
- * fifth only for the log trigger of a guard on a Citus distributed table:
- * its history table); 39P01 for anything else.
- */
-static GuardRole
-guard_role(Trigger *tg)
+/* The role named by a trigger's fourth argument; false when none. */
+static bool
+role_of(const char *arg, GuardRole *role)
 {
-	GuardRole	role = GUARD_CHECK;
-
-	if (tg->tgnargs != IDEM_GUARD_NARGS && tg->tgnargs != IDEM_GUARD_NARGS + 1)
-		idem_not_a_guard(tg);
-	if (strcmp(tg->tgargs[3], IDEM_GUARD_ROLE_CHECK) == 0)
-		role = GUARD_CHECK;
-	else if (strcmp(tg->tgargs[3], IDEM_GUARD_ROLE_VERSION) == 0)
-		role = GUARD_VERSION;
-	else if (strcmp(tg->tgargs[3], IDEM_GUARD_ROLE_LOG) == 0)
-		role = GUARD_LOG;
+	if (strcmp(arg, IDEM_GUARD_ROLE_CHECK) == 0)
+		*role = GUARD_CHECK;
+	else if (strcmp(arg, IDEM_GUARD_ROLE_VERSION) == 0)
+		*role = GUARD_VERSION;
+	else if (strcmp(arg, IDEM_GUARD_ROLE_LOG) == 0)
+		*role = GUARD_LOG;
+	else if (strcmp(arg, IDEM_GUARD_ROLE_CHILDREN) == 0)
+		*role = GUARD_CHILDREN;
 	else
-		idem_not_a_guard(tg);
-	if (tg->tgnargs > IDEM_GUARD_NARGS && role != GUARD_LOG)
-		idem_not_a_guard(tg);
-	return role;
+		return false;
+	return true;
+}
+
+/* Does the WHEN condition qual call idem_guard_allows(machine, ...)? */
+typedef struct AllowsCall
+{
+	Oid			allows;
+	const char *machine;
+	bool		found;
+} AllowsCall;
+
+static bool
+allows_call_walker(Node *node, AllowsCall *ctx)
+{
+	if (node == NULL)
+		return false;
+	if (IsA(node, FuncExpr) && ((FuncExpr *) node)->funcid == ctx->allows)
+	{
+		FuncExpr   *f = (FuncExpr *) node;
+		Node	   *arg = list_length(f->args) == 3 ? linitial(f->args) : NULL;
+
+		while (arg != NULL && IsA(arg, RelabelType))
+			arg = (Node *) ((RelabelType *) arg)->arg;
+		if (arg != NULL && IsA(arg, Const) && !((Const *) arg)->constisnull &&
+			((Const *) arg)->consttype == TEXTOID)
+		{
+			char	   *m = TextDatumGetCString(((Const *) arg)->constvalue);
+
+			if (strcmp(m, ctx->machine) == 0)
+				ctx->found = true;
+		}
+		return false;
+	}
+	return expression_tree_walker(node, allows_call_walker, (void *) ctx);
+}
+
+/* The OID of idem_guard_allows(text, text, text) in schema nsp. */
+Oid
+idem_guard_allows_oid(Oid nsp)
+{
+	Oid			argtypes[3] = {TEXTOID, TEXTOID, TEXTOID};
+	char	   *nspname = get_namespace_name(nsp);
+
+	List	   *name;
+
+	if (nspname == NULL)
+		elog(ERROR, "cache lookup failed for schema %u", nsp);
+	name = list_make1(makeString(nspname));
+	name = lappend(name, makeString("idem_guard_allows"));
+	return LookupFuncName(name, 3, argtypes, false);
+}
+
+/*
+ * Is a trigger of idem_guard_trigger (its type, number of UPDATE OF
+ * columns, WHEN condition as stored in pg_trigger.tgqual, arguments) shaped
+ * as idem_guard makes the trigger of its role?  The one definition of a
+ * real guard trigger: the trigger refuses to run otherwise (39P01), and
+ * idem_unguard and idem_machine_drop count nothing else.  allows is the
+ * OID of the extension's idem_guard_allows: a check trigger's WHEN must
+ * call it for the machine of its arguments.  *role is set when true.
+ *
+ *	check     AFTER ROW, INSERT or UPDATE, WHEN calling idem_guard_allows
+ *	version   BEFORE ROW UPDATE, WHEN
+ *	log       AFTER ROW, INSERT or UPDATE, WHEN (a fifth argument: Citus)
+ *	children  BEFORE STATEMENT UPDATE, no WHEN
+ * None has UPDATE OF columns (those miss a change made by a BEFORE
+ * trigger); the row triggers' WHEN conditions name the status column, so
+ * that they depend on it (pg_depend) and follow it through renames.
+ */
+bool
+idem_guard_trigger_is_real(int16 tgtype, int tgnattr, const char *tgqual,
+						   int nargs, char **args, Oid allows, GuardRole *role)
+{
+	bool		row = TRIGGER_FOR_ROW(tgtype);
+	bool		before = TRIGGER_FOR_BEFORE(tgtype);
+	bool		ins = TRIGGER_FOR_INSERT(tgtype);
+	bool		upd = TRIGGER_FOR_UPDATE(tgtype);
+
+	if (nargs < IDEM_GUARD_NARGS || nargs > IDEM_GUARD_NARGS + 1 ||
+		!role_of(args[3], role))
+		return false;
+	if (nargs > IDEM_GUARD_NARGS && *role != GUARD_LOG)
+		return false;
+	if (TRIGGER_FOR_INSTEAD(tgtype) || TRIGGER_FOR_DELETE(tgtype) ||
+		TRIGGER_FOR_TRUNCATE(tgtype) || tgnattr != 0 || ins == upd)
+		return false;
+	switch (*role)
+	{
+		case GUARD_CHECK:
+			{
+				AllowsCall	ctx;
+
+				if (!row || before || tgqual == NULL)
+					return false;
+				ctx.allows = allows;
+				ctx.machine = args[0];
+				ctx.found = false;
+				(void) allows_call_walker((Node *) stringToNode(tgqual), &ctx);
+				return ctx.found;
+			}
+		case GUARD_VERSION:
+			return row && before && upd && tgqual != NULL;
+		case GUARD_LOG:
+			return row && !before && tgqual != NULL;
+		case GUARD_CHILDREN:
+			return !row && before && upd && tgqual == NULL;
+	}
+	return false;
+}
+
+/*
+ * Does rel carry a real guard (its UPDATE check trigger, enabled) of
+ * machine on a column called column?  From the relcache's trigger
+ * descriptor; trigfunc is idem_guard_trigger, allows idem_guard_allows.
+ */
+bool
+idem_rel_guarded(Relation rel, Oid trigfunc, Oid allows, const char *machine,
+				 const char *column)
+{
+	TriggerDesc *trigdesc = rel->trigdesc;
+
+	if (trigdesc == NULL)
+		return false;
+	for (int i = 0; i < trigdesc->numtriggers; i++)
+	{
+		Trigger    *t = &trigdesc->triggers[i];
+		GuardRole	role;
+
+		if (t->tgfoid == trigfunc && t->tgenabled != TRIGGER_DISABLED &&
+			idem_guard_trigger_is_real(t->tgtype, t->tgnattr, t->tgqual,
+									   t->tgnargs, t->tgargs, allows, &role) &&
+			role == GUARD_CHECK && TRIGGER_FOR_UPDATE(t->tgtype) &&
+			strcmp(t->tgargs[0], machine) == 0 && strcmp(t->tgargs[1], column) == 0)
+			return true;
+	}
+	return false;
+}
+
+/*
+ * The columns of relid that trigger tgoid depends on (pg_depend: its WHEN
+ * condition's columns), as attribute numbers.
+ */
+static Bitmapset *
+trigger_columns(Oid tgoid, Oid relid)
+{
+	Relation	dep = table_open(DependRelationId, AccessShareLock);
+	ScanKeyData key[2];
+	SysScanDesc scan;
+	HeapTuple	tup;
+	Bitmapset  *cols = NULL;
+
+	ScanKeyInit(&key[0], Anum_pg_depend_classid, BTEqualStrategyNumber,
+				F_OIDEQ, ObjectIdGetDatum(TriggerRelationId));
+	ScanKeyInit(&key[1], Anum_pg_depend_objid, BTEqualStrategyNumber,
+				F_OIDEQ, ObjectIdGetDatum(tgoid));
+	scan = systable_beginscan(dep, DependDependerIndexId, true, NULL, 2, key);
+	while (HeapTupleIsValid(tup = systable_getnext(scan)))
+	{
+		Form_pg_depend d = (Form_pg_depend) GETSTRUCT(tup);
+
+		if (d->refclassid == RelationRelationId && d->refobjid == relid &&
+			d->refobjsubid > 0)
+			cols = bms_add_member(cols, d->refobjsubid);
+	}
+	systable_endscan(scan);
+	table_close(dep, AccessShareLock);
+	return cols;
+}
+
+/*
+ * The column of a guard trigger's entry named by its argument argno (the
+ * status or the version column): found by name, and, for a row trigger,
+ * the very column its WHEN condition depends on (a column renamed since
+ * idem_guard, and a new one of the old name, are not taken for each
+ * other).  42703 when there is none, 55000 when the name has moved to
+ * another column.
+ */
+static AttrNumber
+guard_column(TriggerData *td, GuardEntry *e, Bitmapset *deps, int argno,
+			 const char *what, const char *table)
+{
+	TupleDesc	desc = RelationGetDescr(td->tg_relation);
+	const char *name = td->tg_trigger->tgargs[argno];
+	AttrNumber	att = column_of(desc, name);
+
+	if (att == InvalidAttrNumber)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_COLUMN),
+				 errmsg("%s: %s column \"%s\" of table %s does not exist",
+						idem_guard_doing(td, table), what, name, table),
+				 errhint("After renaming a guarded column, install the guard again with idem_guard().")));
+	if (e->role != GUARD_CHILDREN && !bms_is_member(att, deps))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("%s: %s column \"%s\" of table %s is not the column the guard was installed on",
+						idem_guard_doing(td, table), what, name, table),
+				 errdetail("Trigger \"%s\" watches another column: the guarded column was renamed, and \"%s\" is a column added since.",
+						   td->tg_trigger->tgname, name),
+				 errhint("Install the guard again with idem_guard() on the column you mean, and remove the old one with idem_unguard().")));
+	return att;
 }
 
 /* The cache entry of the firing trigger, built on first use. */
 static GuardEntry *
-guard_entry(TriggerData *td)
+guard_entry(FunctionCallInfo fcinfo, TriggerData *td)
 {
 	Trigger    *tg = td->tg_trigger;
 	Relation	rel = td->tg_relation;
 	TupleDesc	desc = RelationGetDescr(rel);
+	GuardSlot  *slot;
 	GuardEntry *e;
 	Form_pg_attribute attr;
 	MemoryContext old;
+	MemoryContext cxt;
 	bool		found;
 	char	   *nspname;
 	char	   *table;
 	Oid			logical = InvalidOid;
 	char	   *shard_min = NULL;
+	GuardRole	role;
+	Bitmapset  *deps = NULL;
 
 	if (guard_cache != NULL && !guard_cache_dirty)
 	{
-		e = (GuardEntry *) hash_search(guard_cache, &tg->tgoid, HASH_FIND, NULL);
-		if (e != NULL && e->valid)
-			return e;
+		slot = (GuardSlot *) hash_search(guard_cache, &tg->tgoid, HASH_FIND, NULL);
+		if (slot != NULL && slot->entry->valid)
+			return slot->entry;
 	}
 
 	if (!guard_callback_registered)
@@ -257,7 +498,7 @@ guard_entry(TriggerData *td)
 
 		memset(&ctl, 0, sizeof(ctl));
 		ctl.keysize = sizeof(Oid);
-		ctl.entrysize = sizeof(GuardEntry);
+		ctl.entrysize = sizeof(GuardSlot);
 		ctl.hcxt = CacheMemoryContext;
 		guard_cache = hash_create("idempotency guards", 16, &ctl,
 								  HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
@@ -265,20 +506,32 @@ guard_entry(TriggerData *td)
 	if (guard_cache_dirty)
 		guard_cache_sweep();
 
-	e = (GuardEntry *) hash_search(guard_cache, &tg->tgoid, HASH_ENTER, &found);
-	if (found && e->valid)
-		return e;
-	if (!found)
-	{
-		memset(((char *) e) + sizeof(Oid), 0, sizeof(GuardEntry) - sizeof(Oid));
-	}
-	else
-		guard_entry_release(e);
+	slot = (GuardSlot *) hash_search(guard_cache, &tg->tgoid, HASH_FIND, NULL);
+	if (slot != NULL && slot->entry->valid)
+		return slot->entry;
+	if (slot != NULL)
+		guard_entry_retire(slot);	/* a build that failed */
+
+	/* Only a trigger shaped as idem_guard makes it (39P01). */
+	if (!idem_guard_trigger_is_real(tg->tgtype, tg->tgnattr, tg->tgqual,
+									tg->tgnargs, tg->tgargs,
+									idem_guard_allows_oid(idem_extension_schema(fcinfo)),
+									&role))
+		idem_not_a_guard(tg);
+	if (role != GUARD_CHILDREN)
+		deps = trigger_columns(tg->tgoid, RelationGetRelid(rel));
+
+	cxt = AllocSetContextCreate(CacheMemoryContext, "idempotency guard",
+								ALLOCSET_SMALL_SIZES);
+	e = MemoryContextAllocZero(cxt, sizeof(GuardEntry));
+	e->cxt = cxt;
+	e->tgoid = tg->tgoid;
+	slot = (GuardSlot *) hash_search(guard_cache, &tg->tgoid, HASH_ENTER, &found);
+	slot->entry = e;
 	e->valid = false;
 	e->stale = false;
 	e->relid = RelationGetRelid(rel);
-
-	e->role = guard_role(tg);
+	e->role = role;
 
 	/* On a Citus shard, messages and history name the distributed table. */
 	e->on_shard = idem_citus_shard_rel(rel, &logical, NULL, &shard_min);
@@ -291,29 +544,13 @@ guard_entry(TriggerData *td)
 		table = quote_qualified_identifier(nspname, RelationGetRelationName(rel));
 	}
 
-	/*
-	 * The status column: the one UPDATE OF column when there is one (it
-	 * survives renames), else by name.
-	 */
-	if (tg->tgnattr == 1)
-		e->status_att = tg->tgattr[0];
-	else
-		e->status_att = column_of(desc, tg->tgargs[1]);
-	if (e->status_att <= 0 || e->status_att > desc->natts ||
-		TupleDescAttr(desc, e->status_att - 1)->attisdropped)
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_COLUMN),
-				 errmsg("%s: status column \"%s\" of table %s does not exist",
-						idem_guard_doing(td, table), tg->tgargs[1], table),
-				 errhint("After renaming a guarded column, install the guard again with idem_guard().")));
+	e->status_att = guard_column(td, e, deps, 1, "status", table);
 	attr = TupleDescAttr(desc, e->status_att - 1);
 	e->machine_len = strlen(tg->tgargs[0]);
 	idem_check_machine_name(tg->tgargs[0], e->machine_len,
 							idem_guard_doing(td, table));
 	memcpy(e->machine, tg->tgargs[0], e->machine_len + 1);
 
-	e->cxt = AllocSetContextCreate(CacheMemoryContext, "idempotency guard",
-								   ALLOCSET_SMALL_SIZES);
 	old = MemoryContextSwitchTo(e->cxt);
 	e->table_name = pstrdup(table);
 	e->status_name = pstrdup(NameStr(attr->attname));
@@ -333,8 +570,10 @@ guard_entry(TriggerData *td)
 					 errhint("Install the guard again with idem_guard() after fixing the column.")));
 	}
 
-	if (e->role == GUARD_VERSION)
-		guard_entry_version(e, td, table);
+	/* The version column: of the version trigger, and checked by the check. */
+	if (tg->tgargs[2][0] != '\0' &&
+		(role == GUARD_VERSION || (role == GUARD_CHECK && TRIGGER_FIRED_BY_UPDATE(td->tg_event))))
+		guard_entry_version(e, td, deps, table);
 
 	/* Valid unless an invalidation arrived during the build. */
 	e->valid = !e->stale;
@@ -391,7 +630,7 @@ idem_guard_entry(FunctionCallInfo fcinfo, TriggerData *td)
 		cc->sweeps == guard_sweeps && cc->entry->valid)
 		return cc->entry;
 
-	e = guard_entry(td);
+	e = guard_entry(fcinfo, td);
 	if (cc == NULL)
 	{
 		cc = MemoryContextAlloc(fcinfo->flinfo->fn_mcxt, sizeof(GuardCallCache));

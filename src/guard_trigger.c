@@ -7,10 +7,13 @@
  *
  *	  Roles (the fourth trigger argument): "check", an AFTER trigger that
  *	  fires only when the WHEN condition (idem_guard_allows, transition.c)
- *	  said no, finds out why and raises ID004; "version", a BEFORE UPDATE
- *	  trigger that sets the version column to the old version + 1 on every
- *	  change of the status; "log", an AFTER trigger that appends each
- *	  change to idem_transition_log through a saved plan, or, for a guard
+ *	  said no, finds out why (the same idem_guard_verdict) and raises ID004,
+ *	  or 27000 when the version did not follow the status; "version", a
+ *	  BEFORE UPDATE trigger that sets the version column to the old version
+ *	  + 1 on every change of the status; "children", a statement trigger
+ *	  that refuses an UPDATE reaching an unguarded inheritance child; "log",
+ *	  an AFTER trigger that appends each change to idem_transition_log
+ *	  through a saved plan, or, for a guard
  *	  on a Citus distributed table, to the history table named by its fifth
  *	  argument: on a shard, directly into the placement of that table's
  *	  co-located shard on this node (citus.c finds it in pg_dist_shard), a
@@ -30,6 +33,13 @@
  *	  history INSERT runs through SPI in the same transaction, so it
  *	  commits or rolls back with the change it records.
  *
+ *	  Re-entrancy (invariant): user code runs inside this trigger (a cast
+ *	  to json of the key in the history INSERT, triggers and policies that
+ *	  INSERT fires) and can fire it again, nested.  Each call counts its
+ *	  entry busy and pins the machines (PG_TRY), so a nested call that
+ *	  invalidates them frees nothing the outer call still uses.  Column
+ *	  values are fetched (detoasted) before the machine is looked up.
+ *
  *	  Memory: per-row work is in the trigger's call context; the history
  *	  plan and the entry belong to guard_cache.c.
  *
@@ -44,6 +54,7 @@
 #include "catalog/namespace.h"
 #include "catalog/objectaddress.h"
 #include "catalog/pg_class.h"
+#include "catalog/pg_inherits.h"
 #include "catalog/pg_trigger.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
@@ -106,66 +117,63 @@ same_value(text *a, text *b)
 		memcmp(VARDATA_ANY(a), VARDATA_ANY(b), VARSIZE_ANY_EXHDR(a)) == 0;
 }
 
-/* A row entering the machine (INSERT, or UPDATE from NULL) with status to. */
+/*
+ * Raise ID004 for a refused change of the status from `from` to `to`
+ * (verdict v, from idem_guard_verdict): the message says why.
+ */
 static void
-check_entry_state(GuardEntry *e, IdemMachine *m, TriggerData *td, text *to)
+guard_refuse(GuardEntry *e, IdemMachine *m, TriggerData *td, text *from, text *to,
+			 IdemGuardVerdict v)
 {
 	Relation	rel = td->tg_relation;
-	int			s = state_of(m, to);
-
-	if (s >= 0 && idem_machine_is_initial(m, s))
-		return;
-	ereport(ERROR,
-			(errcode(ERRCODE_IDEM_ILLEGAL_TRANSITION),
-			 errmsg("%s: illegal initial state %s",
-					idem_guard_doing(td, e->table_name), show(to)),
-			 errdetail("Machine \"%s\" does not allow a row to start in %s (column \"%s\" of table %s).",
-					   idem_machine_name(m), show(to), e->status_name, e->table_name),
-			 errhint("The initial states are %s.", idem_machine_initial_list(m)),
-			 errtablecol(rel, e->status_att)));
-}
-
-/* An UPDATE from a non-NULL from to a different to. */
-static void
-check_transition(GuardEntry *e, IdemMachine *m, TriggerData *td, text *from, text *to)
-{
-	Relation	rel = td->tg_relation;
-	int			f = state_of(m, from);
-	int			t = state_of(m, to);
 	const char *mname = idem_machine_name(m);
+	const char *doing = idem_guard_doing(td, e->table_name);
 
-	if (f >= 0 && t >= 0 && idem_machine_allows(m, f, t))
-		return;
-
-	if (t < 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_IDEM_ILLEGAL_TRANSITION),
-				 errmsg("%s: illegal transition from %s to %s",
-						idem_guard_doing(td, e->table_name), show(from), show(to)),
-				 errdetail("Machine \"%s\" does not allow the transition from %s to %s: %s is not a state of the machine (column \"%s\" of table %s).",
-						   mname, show(from), show(to), show(to),
-						   e->status_name, e->table_name),
-				 errhint("The states of machine \"%s\" are %s.", mname,
-						 idem_machine_state_list(m)),
-				 errtablecol(rel, e->status_att)));
-	if (f < 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_IDEM_ILLEGAL_TRANSITION),
-				 errmsg("%s: illegal transition from %s to %s",
-						idem_guard_doing(td, e->table_name), show(from), show(to)),
-				 errdetail("Machine \"%s\" does not allow the transition from %s to %s: the current value %s is not a state of the machine (column \"%s\" of table %s).",
-						   mname, show(from), show(to), show(from),
-						   e->status_name, e->table_name),
-				 errhint("Add the state to the machine with idem_machine_define(), or leave the value unchanged."),
-				 errtablecol(rel, e->status_att)));
-	ereport(ERROR,
-			(errcode(ERRCODE_IDEM_ILLEGAL_TRANSITION),
-			 errmsg("%s: illegal transition from %s to %s",
-						idem_guard_doing(td, e->table_name), show(from), show(to)),
-			 errdetail("Machine \"%s\" does not allow the transition from %s to %s (column \"%s\" of table %s).",
-					   mname, show(from), show(to), e->status_name, e->table_name),
-			 errhint("%s", idem_machine_targets_hint(m, f)),
-			 errtablecol(rel, e->status_att)));
+	switch (v)
+	{
+		case IDEM_GUARD_ALLOWED:
+		case IDEM_GUARD_UNCHANGED:
+			return;
+		case IDEM_GUARD_BAD_INITIAL:
+			ereport(ERROR,
+					(errcode(ERRCODE_IDEM_ILLEGAL_TRANSITION),
+					 errmsg("%s: illegal initial state %s", doing, show(to)),
+					 errdetail("Machine \"%s\" does not allow a row to start in %s (column \"%s\" of table %s).",
+							   mname, show(to), e->status_name, e->table_name),
+					 errhint("The initial states are %s.", idem_machine_initial_list(m)),
+					 errtablecol(rel, e->status_att)));
+			break;
+		case IDEM_GUARD_UNKNOWN_TO:
+			ereport(ERROR,
+					(errcode(ERRCODE_IDEM_ILLEGAL_TRANSITION),
+					 errmsg("%s: illegal transition from %s to %s", doing, show(from), show(to)),
+					 errdetail("Machine \"%s\" does not allow the transition from %s to %s: %s is not a state of the machine (column \"%s\" of table %s).",
+							   mname, show(from), show(to), show(to),
+							   e->status_name, e->table_name),
+					 errhint("The states of machine \"%s\" are %s.", mname,
+							 idem_machine_state_list(m)),
+					 errtablecol(rel, e->status_att)));
+			break;
+		case IDEM_GUARD_UNKNOWN_FROM:
+			ereport(ERROR,
+					(errcode(ERRCODE_IDEM_ILLEGAL_TRANSITION),
+					 errmsg("%s: illegal transition from %s to %s", doing, show(from), show(to)),
+					 errdetail("Machine \"%s\" does not allow the transition from %s to %s: the current value %s is not a state of the machine (column \"%s\" of table %s).",
+							   mname, show(from), show(to), show(from),
+							   e->status_name, e->table_name),
+					 errhint("Add the state to the machine with idem_machine_define(), or leave the value unchanged."),
+					 errtablecol(rel, e->status_att)));
+			break;
+		case IDEM_GUARD_UNDECLARED:
+			ereport(ERROR,
+					(errcode(ERRCODE_IDEM_ILLEGAL_TRANSITION),
+					 errmsg("%s: illegal transition from %s to %s", doing, show(from), show(to)),
+					 errdetail("Machine \"%s\" does not allow the transition from %s to %s (column \"%s\" of table %s).",
+							   mname, show(from), show(to), e->status_name, e->table_name),
+					 errhint("%s", idem_machine_targets_hint(m, state_of(m, from))),
+					 errtablecol(rel, e->status_att)));
+			break;
+	}
 }
 
 /* newtuple with the version column set to the old version + 1. */
@@ -217,39 +225,121 @@ bump_version(GuardEntry *e, TriggerData *td, HeapTuple oldtuple, HeapTuple newtu
 }
 
 /*
- * Check the change td's row makes to the status column, failing with
- * ID004 when the machine does not allow it; false when it makes no change
- * (an UPDATE keeping the value).  The rules are those of
- * idem_guard_allows, which has usually let the row pass already.
+ * The version of a row whose status changed must be the old version + 1:
+ * the version trigger (BEFORE) sets it, unless a BEFORE trigger that fires
+ * after it changed the status (or the version) again.  27000 then.
  */
-static bool
-guard_check(GuardEntry *e, FunctionCallInfo fcinfo, TriggerData *td)
+static void
+guard_check_version(GuardEntry *e, TriggerData *td)
 {
 	Relation	rel = td->tg_relation;
 	TupleDesc	desc = RelationGetDescr(rel);
-	IdemMachine *m;
-	text	   *from;
-	text	   *to;
+	bool		oldnull;
+	bool		newnull;
+	Datum		o = heap_getattr(td->tg_trigtuple, e->version_att, desc, &oldnull);
+	Datum		n = heap_getattr(td->tg_newtuple, e->version_att, desc, &newnull);
+	bool		bumped;
 
-	if (TRIGGER_FIRED_BY_INSERT(td->tg_event))
-	{
-		to = status_value(td->tg_trigtuple, e, desc);
-		m = idem_guard_machine(e, fcinfo, td);
-		check_entry_state(e, m, td, to);
-		return true;
-	}
-
-	from = status_value(td->tg_trigtuple, e, desc);
-	to = status_value(td->tg_newtuple, e, desc);
-	if (same_value(from, to))
-		return false;
-
-	m = idem_guard_machine(e, fcinfo, td);
-	if (from == NULL)
-		check_entry_state(e, m, td, to);
+	if (oldnull || newnull)
+		bumped = false;
+	else if (e->version_int8)
+		bumped = DatumGetInt64(o) < PG_INT64_MAX && DatumGetInt64(n) == DatumGetInt64(o) + 1;
 	else
-		check_transition(e, m, td, from, to);
-	return true;
+		bumped = DatumGetInt32(o) < PG_INT32_MAX && DatumGetInt32(n) == DatumGetInt32(o) + 1;
+	if (!bumped)
+		ereport(ERROR,
+				(errcode(ERRCODE_TRIGGERED_DATA_CHANGE_VIOLATION),
+				 errmsg("%s: the status changed but version column \"%s\" did not advance by one",
+						idem_guard_doing(td, e->table_name),
+						NameStr(TupleDescAttr(desc, e->version_att - 1)->attname)),
+				 errdetail("A BEFORE trigger that fires after the guard's version trigger changed the status or the version column of table %s.",
+						   e->table_name),
+				 errhint("Rename that trigger so that it sorts before \"idem_guard_version_%s\" (BEFORE triggers fire in name order), or set the status in the UPDATE itself.",
+						 e->status_name),
+				 errtablecol(rel, e->version_att)));
+}
+
+/*
+ * Check the change td's row makes to the status column, failing with
+ * ID004 when the machine does not allow it (idem_guard_verdict, the rule
+ * of the WHEN condition too), and with 27000 when the status changed but
+ * the version column did not advance.
+ */
+static void
+guard_check(GuardEntry *e, FunctionCallInfo fcinfo, TriggerData *td)
+{
+	TupleDesc	desc = RelationGetDescr(td->tg_relation);
+	bool		insert = TRIGGER_FIRED_BY_INSERT(td->tg_event);
+	text	   *from = NULL;
+	text	   *to;
+	IdemMachine *m;
+	IdemGuardVerdict v;
+
+	/* Values first (detoasting accepts invalidations), then the machine. */
+	to = status_value(insert ? td->tg_trigtuple : td->tg_newtuple, e, desc);
+	if (!insert)
+		from = status_value(td->tg_trigtuple, e, desc);
+	m = idem_guard_machine(e, fcinfo, td);
+	v = idem_guard_verdict(m, from, to, insert);
+	guard_refuse(e, m, td, from, to, v);
+	if (!insert && v != IDEM_GUARD_UNCHANGED && e->version_att != InvalidAttrNumber)
+		guard_check_version(e, td);
+}
+
+/* ------------------------------------------------------------------------
+ * Inheritance children
+ * ------------------------------------------------------------------------
+ */
+
+/*
+ * BEFORE UPDATE, per statement ("children"): an UPDATE of a guarded table
+ * with inheritance children reaches the children's rows, and row triggers
+ * are not inherited: every child must carry the same guard (its own
+ * triggers), else the UPDATE is refused (0A000).  Costs nothing while the
+ * table has never had a child (relhassubclass).  A guard removed from the
+ * table itself (its column dropped) leaves this trigger inert.
+ */
+static void
+guard_children(FunctionCallInfo fcinfo, TriggerData *td)
+{
+	Relation	rel = td->tg_relation;
+	Trigger    *tg = td->tg_trigger;
+	Oid			allows;
+	List	   *children;
+	ListCell   *lc;
+
+	if (!rel->rd_rel->relhassubclass)
+		return;
+	allows = idem_guard_allows_oid(idem_extension_schema(fcinfo));
+	if (!idem_rel_guarded(rel, tg->tgfoid, allows, tg->tgargs[0], tg->tgargs[1]))
+		return;
+	children = find_all_inheritors(RelationGetRelid(rel), AccessShareLock, NULL);
+	foreach(lc, children)
+	{
+		Oid			child = lfirst_oid(lc);
+		Relation	c;
+		bool		ok;
+
+		if (child == RelationGetRelid(rel))
+			continue;
+		c = table_open(child, NoLock);	/* locked by find_all_inheritors */
+		ok = idem_rel_guarded(c, tg->tgfoid, allows, tg->tgargs[0], tg->tgargs[1]);
+		if (!ok)
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("guarded update of %s: inheritance child %s has no guard",
+							quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
+													   RelationGetRelationName(rel)),
+							quote_qualified_identifier(get_namespace_name(RelationGetNamespace(c)),
+													   RelationGetRelationName(c))),
+					 errdetail("An UPDATE of a table reaches the rows of its inheritance children, whose triggers do not inherit the guard of machine \"%s\" on column \"%s\".",
+							   tg->tgargs[0], tg->tgargs[1]),
+					 errhint("Guard the child too: SELECT idem_guard('%s', '%s', '%s').",
+							 quote_qualified_identifier(get_namespace_name(RelationGetNamespace(c)),
+														RelationGetRelationName(c)),
+							 tg->tgargs[1], tg->tgargs[0])));
+		table_close(c, NoLock);
+	}
 }
 
 /* ------------------------------------------------------------------------
@@ -426,7 +516,7 @@ guard_log(GuardEntry *e, FunctionCallInfo fcinfo, TriggerData *td)
 	Datum	   *values;
 	char	   *nulls;
 	int			i;
-	volatile int rc = 0;
+	int			rc;
 
 	if (TRIGGER_FIRED_BY_INSERT(td->tg_event))
 		row = td->tg_trigtuple;
@@ -472,16 +562,8 @@ guard_log(GuardEntry *e, FunctionCallInfo fcinfo, TriggerData *td)
 			nulls[5 + e->npk] = 'n';
 	}
 
-	e->busy = true;
-	PG_TRY();
-	{
-		rc = SPI_execute_plan(e->log_plan, values, nulls, false, 0);
-	}
-	PG_FINALLY();
-	{
-		e->busy = false;
-	}
-	PG_END_TRY();
+	/* User code may run in here (a cast to json of the key): see below. */
+	rc = SPI_execute_plan(e->log_plan, values, nulls, false, 0);
 	if (rc != SPI_OK_INSERT)
 		elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(rc));
 	SPI_finish();
@@ -490,55 +572,88 @@ guard_log(GuardEntry *e, FunctionCallInfo fcinfo, TriggerData *td)
 /*
  * idem_guard_trigger() RETURNS trigger
  *
- * The trigger installed by idem_guard; not callable directly (39P01).
+ * The trigger installed by idem_guard; not callable directly, and refusing
+ * to run as anything but a trigger shaped as idem_guard makes it (39P01).
  * BEFORE: fails with ID004 (an illegal initial state or transition, or a
  * value that is not a state), 42704 (the machine was dropped), 22004/22003
  * (the version column is NULL or would overflow), 42804/42703 (a column
- * changed type or vanished since idem_guard).  AFTER: writes the history;
- * on a Citus shard fails with 0A000 (a guard made before the table was
- * distributed, whose history would not be co-located), 55000 (the history
- * table, or its co-located shard, is not on this node), 42804 (its first
- * column is not the guarded table's distribution column).
+ * changed type or vanished since idem_guard), 55000 (the column the guard
+ * watches was renamed and another took its name), 27000 (the status
+ * changed after the version trigger ran), 0A000 (an UPDATE reaching an
+ * unguarded inheritance child).  AFTER: writes the history; on a Citus
+ * shard fails with 0A000 (a guard made before the table was distributed,
+ * whose history would not be co-located), 55000 (the history table, or
+ * its co-located shard, is not on this node), 42804 (its first column is
+ * not the guarded table's distribution column).
+ *
+ * Re-entrancy: user code can run inside (a cast in the history INSERT, a
+ * trigger or policy it fires) and fire this trigger again; the entry is
+ * counted busy and the machines pinned for the whole call, so nothing a
+ * nested call invalidates is freed under this one.
  */
 Datum
 idem_guard_trigger(PG_FUNCTION_ARGS)
 {
 	TriggerData *td;
 	GuardEntry *e;
+	volatile Datum result = PointerGetDatum(NULL);
 
 	if (!CALLED_AS_TRIGGER(fcinfo))
 		ereport(ERROR,
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
 				 errmsg("idem_guard_trigger: not called by the trigger manager")));
 	td = (TriggerData *) fcinfo->context;
-	if (!TRIGGER_FIRED_FOR_ROW(td->tg_event) ||
-		!(TRIGGER_FIRED_BY_INSERT(td->tg_event) || TRIGGER_FIRED_BY_UPDATE(td->tg_event)))
+	if (!(TRIGGER_FIRED_BY_INSERT(td->tg_event) || TRIGGER_FIRED_BY_UPDATE(td->tg_event)))
 		idem_not_a_guard(td->tg_trigger);
 
-	e = idem_guard_entry(fcinfo, td);
-
-	switch (e->role)
+	/* Per statement: only the children check, which needs no entry. */
+	if (!TRIGGER_FIRED_FOR_ROW(td->tg_event))
 	{
-		case GUARD_CHECK:
-			/* The WHEN condition said no: find out why, and fail. */
-			if (TRIGGER_FIRED_BEFORE(td->tg_event))
-				idem_not_a_guard(td->tg_trigger);
-			guard_check(e, fcinfo, td);
-			break;
-		case GUARD_VERSION:
-			if (!TRIGGER_FIRED_BEFORE(td->tg_event) ||
-				!TRIGGER_FIRED_BY_UPDATE(td->tg_event))
-				idem_not_a_guard(td->tg_trigger);
-			if (same_value(status_value(td->tg_trigtuple, e, RelationGetDescr(td->tg_relation)),
-						   status_value(td->tg_newtuple, e, RelationGetDescr(td->tg_relation))))
-				return PointerGetDatum(td->tg_newtuple);
-			return PointerGetDatum(bump_version(e, td,
-												td->tg_trigtuple, td->tg_newtuple));
-		case GUARD_LOG:
-			if (TRIGGER_FIRED_BEFORE(td->tg_event))
-				idem_not_a_guard(td->tg_trigger);
-			guard_log(e, fcinfo, td);
-			break;
+		Trigger    *tg = td->tg_trigger;
+		GuardRole	role;
+
+		if (!idem_guard_trigger_is_real(tg->tgtype, tg->tgnattr, tg->tgqual,
+										tg->tgnargs, tg->tgargs, InvalidOid, &role) ||
+			role != GUARD_CHILDREN)
+			idem_not_a_guard(tg);
+		guard_children(fcinfo, td);
+		return result;
 	}
-	return PointerGetDatum(NULL);
+
+	e = idem_guard_entry(fcinfo, td);
+	if (e->role == GUARD_CHILDREN)
+		idem_not_a_guard(td->tg_trigger);
+
+	e->busy++;
+	idem_machine_pin();
+	PG_TRY();
+	{
+		switch (e->role)
+		{
+			case GUARD_CHECK:
+				/* The WHEN condition said no: find out why, and fail. */
+				guard_check(e, fcinfo, td);
+				break;
+			case GUARD_VERSION:
+				if (!same_value(status_value(td->tg_trigtuple, e, RelationGetDescr(td->tg_relation)),
+								status_value(td->tg_newtuple, e, RelationGetDescr(td->tg_relation))))
+					result = PointerGetDatum(bump_version(e, td,
+														  td->tg_trigtuple, td->tg_newtuple));
+				else
+					result = PointerGetDatum(td->tg_newtuple);
+				break;
+			case GUARD_LOG:
+				guard_log(e, fcinfo, td);
+				break;
+			case GUARD_CHILDREN:
+				break;
+		}
+	}
+	PG_FINALLY();
+	{
+		e->busy--;
+		idem_machine_unpin();
+	}
+	PG_END_TRY();
+	return result;
 }

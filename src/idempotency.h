@@ -360,7 +360,10 @@ extern Oid	idem_citus_local_placement(Oid logical, const char *minvalue);
  * machine belongs to the per-backend cache in machine_cache.c and stays valid
  * until idem_machine_generation changes (a definition changed, in any
  * session); otherwise it lives in the caller's memory context and is for
- * the current call only.
+ * the current call only.  A caller that uses a cached machine across
+ * anything that may accept invalidations (detoasting an argument, SPI, a
+ * catalog lookup, a lock, user code) pins it (idem_machine_pin) for that
+ * time: an invalidation then retires the machine instead of freeing it.
  */
 typedef struct IdemMachine IdemMachine;
 
@@ -381,9 +384,26 @@ extern char *idem_machine_initial_list(const IdemMachine *m);
 extern char *idem_machine_targets_hint(const IdemMachine *m, int from);
 extern int	idem_machine_nstates(const IdemMachine *m);
 
+/* transition.c: the rule of a guard, one verdict for WHEN and trigger. */
+typedef enum IdemGuardVerdict
+{
+	IDEM_GUARD_ALLOWED,			/* a declared transition, or initial state */
+	IDEM_GUARD_UNCHANGED,		/* the same value (NULL included) */
+	IDEM_GUARD_BAD_INITIAL,		/* entering (INSERT, or from NULL) not initial */
+	IDEM_GUARD_UNKNOWN_TO,		/* the new value is not a state */
+	IDEM_GUARD_UNKNOWN_FROM,	/* the old value is not a state */
+	IDEM_GUARD_UNDECLARED		/* both states, no such transition */
+} IdemGuardVerdict;
+
+extern IdemGuardVerdict idem_guard_verdict(const IdemMachine *m, const text *from,
+										   const text *to, bool insert);
+
 /* machine_cache.c */
 extern IdemMachine *idem_machine_get(Oid nsp, const char *name, int len,
 									 const char *fname, bool *cached);
+/* Hold every machine in use across what may accept invalidations. */
+extern void idem_machine_pin(void);
+extern void idem_machine_unpin(void);
 extern Oid	idem_machines_relid(Oid nsp);
 
 /*
@@ -400,12 +420,14 @@ extern Oid	idem_machines_relid(Oid nsp);
 #define IDEM_GUARD_ROLE_CHECK	"check"
 #define IDEM_GUARD_ROLE_VERSION	"version"
 #define IDEM_GUARD_ROLE_LOG		"log"
+#define IDEM_GUARD_ROLE_CHILDREN	"children"
 
 typedef enum GuardRole
 {
 	GUARD_CHECK,
 	GUARD_VERSION,
-	GUARD_LOG
+	GUARD_LOG,
+	GUARD_CHILDREN
 } GuardRole;
 
 typedef struct GuardEntry
@@ -413,7 +435,9 @@ typedef struct GuardEntry
 	Oid			tgoid;			/* hash key */
 	bool		valid;			/* usable as is */
 	bool		stale;			/* invalidated since the build started */
-	bool		busy;			/* its log plan is executing */
+	int			busy;			/* calls of its trigger running (nested
+								 * through user code: counted) */
+	struct GuardEntry *orphan_next; /* stale and busy: the orphan list */
 	Oid			relid;
 	MemoryContext cxt;			/* the strings and arrays below */
 	AttrNumber	status_att;
@@ -444,6 +468,12 @@ extern IdemMachine *idem_guard_machine(GuardEntry *e, FunctionCallInfo fcinfo,
 extern char *idem_guard_doing(TriggerData *td, const char *table);
 extern void idem_not_a_guard(Trigger *tg);
 extern char *idem_guards_of_machine(Oid nsp, const char *machine);
+extern bool idem_guard_trigger_is_real(int16 tgtype, int tgnattr, const char *tgqual,
+									   int nargs, char **args, Oid allows,
+									   GuardRole *role);
+extern Oid	idem_guard_allows_oid(Oid nsp);
+extern bool idem_rel_guarded(Relation rel, Oid trigfunc, Oid allows,
+							 const char *machine, const char *column);
 
 /* stats.c (the enum IdemStatKind is above) */
 extern void idem_stats_init(void);

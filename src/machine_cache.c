@@ -43,9 +43,18 @@
  *	  committed redefinition from its next transaction on (sooner if it
  *	  takes a new lock), and its own uncommitted definition at once.
  *
- *	  Memory: the cache lives in CacheMemoryContext.  Callbacks only free
- *	  memory; nothing in this file holds a cached pointer across a call
- *	  that could process invalidations (SPI, catalog access).
+ *	  Memory and pins: the cache lives in CacheMemoryContext.  A callback
+ *	  never frees a machine: it moves the cached machines under
+ *	  retired_cxt, so a caller that still holds one (a function whose
+ *	  argument detoasting, SPI call or lock took the invalidation) keeps a
+ *	  valid machine until it is done.  Retired machines are freed when no
+ *	  caller holds a pin (idem_machine_pin/idem_machine_unpin count the
+ *	  holders, nested calls included) and at every transaction end, where
+ *	  no call of ours can be running: after an error the count is not
+ *	  decremented, and transaction end puts it back to zero.  Invariant
+ *	  (a contributor must keep it): a machine pointer used across anything
+ *	  that may accept invalidations (detoasting, SPI, catalog access, a
+ *	  lock, user code) is pinned for that time.
  *
  *-------------------------------------------------------------------------
  */
@@ -89,6 +98,9 @@ static uint64 last_generation = 0;
 static Oid	machines_relid = InvalidOid;	/* idem_machines */
 static Oid	machines_nsp = InvalidOid;	/* its schema */
 static bool callback_registered = false;
+static MemoryContext retired_cxt = NULL;	/* machines dropped while pinned */
+static bool retired_any = false;
+static int	machine_pins = 0;
 static IdemQuery q_machine_load = {
 	"SELECT m.definition FROM @extschema@.idem_machines m"
 	" WHERE m.machine OPERATOR(pg_catalog.=) $1",
@@ -107,9 +119,13 @@ machine_cache_reset(void)
 		HASH_SEQ_STATUS seq;
 		MachineEntry *e;
 
+		/* Retired, not freed: a caller may hold one (see the header). */
 		hash_seq_init(&seq, machine_cache);
 		while ((e = (MachineEntry *) hash_seq_search(&seq)) != NULL)
-			idem_machine_free(e->machine);
+		{
+			idem_machine_set_parent(e->machine, retired_cxt);
+			retired_any = true;
+		}
 		hash_destroy(machine_cache);
 		machine_cache = NULL;
 	}
@@ -129,7 +145,58 @@ machine_cache_callback(Oid relid)
 	}
 }
 
-/* Register the callback once and know the OID of idem_machines in nsp. */
+/* Free the retired machines; only when nobody holds a pin. */
+static void
+machine_retired_free(void)
+{
+	if (retired_any && machine_pins == 0)
+	{
+		MemoryContextReset(retired_cxt);
+		retired_any = false;
+	}
+}
+
+/* At every transaction end no call of ours runs: no pin can be held. */
+static void
+machine_xact_callback(XactEvent event, void *arg)
+{
+	switch (event)
+	{
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_PARALLEL_COMMIT:
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_ABORT:
+		case XACT_EVENT_PREPARE:
+			machine_pins = 0;
+			machine_retired_free();
+			break;
+		default:
+			break;
+	}
+}
+
+/*
+ * Pin the machines a caller is about to use across anything that may
+ * accept invalidations: until the matching idem_machine_unpin (or the
+ * end of the transaction, after an error), a cache reset retires them
+ * instead of freeing them.  Counted, so nested calls (user code inside
+ * ours that calls us again) keep the outer call's machines alive.
+ */
+void
+idem_machine_pin(void)
+{
+	machine_pins++;
+}
+
+void
+idem_machine_unpin(void)
+{
+	if (machine_pins > 0)
+		machine_pins--;
+	machine_retired_free();
+}
+
+/* Register the callbacks once and know the OID of idem_machines in nsp. */
 static void
 machine_cache_prepare(Oid nsp)
 {
@@ -137,7 +204,12 @@ machine_cache_prepare(Oid nsp)
 
 	if (!callback_registered)
 	{
+		/* Created here, never in a callback, which must not allocate. */
+		retired_cxt = AllocSetContextCreate(CacheMemoryContext,
+											"idempotency retired machines",
+											ALLOCSET_SMALL_SIZES);
 		idem_relcache_subscribe(machine_cache_callback);
+		RegisterXactCallback(machine_xact_callback, NULL);
 		callback_registered = true;
 	}
 	if (OidIsValid(machines_relid) && machines_nsp == nsp)
@@ -262,6 +334,14 @@ machine_load(Oid nsp, const char *name, int len, const char *fname, bool *fresh)
 	}
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "SPI_execute failed: %s", SPI_result_code_string(rc));
+	/* Never reinterpret a column a DBA retyped (jsonb is read as jsonb). */
+	if (SPI_gettypeid(SPI_tuptable->tupdesc, 1) != JSONBOID)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("%s: column \"definition\" of idem_machines is not of type jsonb", fname),
+				 errdetail("The column is of type %s; the extension reads it as the install script made it.",
+						   format_type_be(SPI_gettypeid(SPI_tuptable->tupdesc, 1))),
+				 errhint("Restore the column: ALTER TABLE idem_machines ALTER definition TYPE jsonb USING definition::jsonb.")));
 	if (SPI_processed == 1)
 	{
 		bool		isnull;

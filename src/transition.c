@@ -23,7 +23,13 @@
  *	  cached.
  *
  *	  Memory: a machine in fn_extra belongs to the cache, or, in parallel
- *	  mode, to fn_mcxt for the rest of the query.
+ *	  mode, to fn_mcxt for the rest of the query.  Every argument is
+ *	  fetched (detoasted: that opens the TOAST table, takes a lock and
+ *	  accepts invalidations) before the machine is looked up, and the
+ *	  machine is pinned (idem_machine_pin) from the lookup to the return,
+ *	  so a cache reset in between retires it instead of freeing it under
+ *	  us (call_machine pins, every function unpins before it returns; an
+ *	  error leaves the pin to the end of the transaction).
  *
  *-------------------------------------------------------------------------
  */
@@ -88,8 +94,21 @@ typedef struct CallCache
 } CallCache;
 
 /*
+ * The text arguments 1 .. nargs - 1 of a call, fetched (detoasted) before
+ * the machine is looked up; NULL for a NULL argument.
+ */
+static void
+text_args(FunctionCallInfo fcinfo, text **args, int nargs)
+{
+	for (int i = 1; i < nargs; i++)
+		args[i] = PG_ARGISNULL(i) ? NULL : PG_GETARG_TEXT_PP(i);
+}
+
+/*
  * The machine named by argument 0, through fn_extra: a repeated call with
- * the same name costs one memcmp until any definition changes.
+ * the same name costs one memcmp until any definition changes.  Pinned
+ * (idem_machine_pin): the caller unpins it before returning.  Fetch every
+ * other argument first (text_args).
  */
 static IdemMachine *
 call_machine(FunctionCallInfo fcinfo, const char *fname)
@@ -109,6 +128,7 @@ call_machine(FunctionCallInfo fcinfo, const char *fname)
 	p = VARDATA_ANY(name);
 	len = VARSIZE_ANY_EXHDR(name);
 
+	idem_machine_pin();
 	if (cc != NULL && cc->gen == idem_machine_generation &&
 		cc->len == len && memcmp(cc->name, p, len) == 0)
 		return cc->machine;
@@ -166,15 +186,24 @@ Datum
 idem_can_transition(PG_FUNCTION_ARGS)
 {
 	const char *fname = "idem_can_transition";
-	IdemMachine *m = call_machine(fcinfo, fname);
+	text	   *args[3];
+	IdemMachine *m;
 	int			from;
 	int			to;
+	bool		result;
 
-	if (PG_ARGISNULL(1) || PG_ARGISNULL(2))
-		PG_RETURN_BOOL(false);
-	from = state_arg(m, PG_GETARG_TEXT_PP(1), fname);
-	to = state_arg(m, PG_GETARG_TEXT_PP(2), fname);
-	PG_RETURN_BOOL(idem_machine_allows(m, from, to));
+	text_args(fcinfo, args, 3);
+	m = call_machine(fcinfo, fname);
+	if (args[1] == NULL || args[2] == NULL)
+		result = false;
+	else
+	{
+		from = state_arg(m, args[1], fname);
+		to = state_arg(m, args[2], fname);
+		result = idem_machine_allows(m, from, to);
+	}
+	idem_machine_unpin();
+	PG_RETURN_BOOL(result);
 }
 
 /*
@@ -190,27 +219,29 @@ Datum
 idem_transition(PG_FUNCTION_ARGS)
 {
 	const char *fname = "idem_transition";
-	IdemMachine *m = call_machine(fcinfo, fname);
-	text	   *from_t;
-	text	   *to_t;
+	text	   *args[3];
+	IdemMachine *m;
 	int			from;
 	int			to;
 
-	if (PG_ARGISNULL(1))
+	text_args(fcinfo, args, 3);
+	m = call_machine(fcinfo, fname);
+	if (args[1] == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("%s: from_state must not be null", fname)));
-	if (PG_ARGISNULL(2))
+	if (args[2] == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("%s: to_state must not be null", fname)));
-	from_t = PG_GETARG_TEXT_PP(1);
-	to_t = PG_GETARG_TEXT_PP(2);
-	from = state_arg(m, from_t, fname);
-	to = state_arg(m, to_t, fname);
+	from = state_arg(m, args[1], fname);
+	to = state_arg(m, args[2], fname);
 
 	if (from == to)
+	{
+		idem_machine_unpin();
 		PG_RETURN_DATUM(PG_GETARG_DATUM(1));
+	}
 	if (!idem_machine_allows(m, from, to))
 		ereport(ERROR,
 				(errcode(ERRCODE_IDEM_ILLEGAL_TRANSITION),
@@ -221,6 +252,7 @@ idem_transition(PG_FUNCTION_ARGS)
 						   idem_machine_name(m), idem_machine_state_name(m, from),
 						   idem_machine_state_name(m, to)),
 				 errhint("%s", idem_machine_targets_hint(m, from))));
+	idem_machine_unpin();
 	PG_RETURN_DATUM(PG_GETARG_DATUM(2));
 }
 
@@ -240,22 +272,62 @@ Datum
 idem_sources(PG_FUNCTION_ARGS)
 {
 	const char *fname = "idem_sources";
-	IdemMachine *m = call_machine(fcinfo, fname);
-	int			n = idem_machine_nstates(m);
-	Datum	   *elems = palloc(sizeof(Datum) * Max(n, 1));
+	text	   *args[2];
+	IdemMachine *m;
+	int			n;
+	Datum	   *elems;
 	int			count = 0;
 	int			to;
 	int			s;
 
-	if (PG_ARGISNULL(1))
+	text_args(fcinfo, args, 2);
+	m = call_machine(fcinfo, fname);
+	if (args[1] == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("%s: to_state must not be null", fname)));
-	to = state_arg(m, PG_GETARG_TEXT_PP(1), fname);
+	to = state_arg(m, args[1], fname);
+	n = idem_machine_nstates(m);
+	elems = palloc(sizeof(Datum) * Max(n, 1));
 	for (s = 0; s < n; s++)
 		if (idem_machine_allows(m, s, to))
 			elems[count++] = CStringGetTextDatum(idem_machine_state_name(m, s));
+	idem_machine_unpin();
 	PG_RETURN_ARRAYTYPE_P(construct_array(elems, count, TEXTOID, -1, false, TYPALIGN_INT));
+}
+
+/*
+ * The one rule of a guard, for idem_guard_allows (the WHEN condition) and
+ * guard_trigger.c (which explains a refusal): the verdict on a row whose
+ * status goes from `from` to `to` (NULL pointers for NULL values), or, for
+ * an INSERT, enters the machine with `to`.  Values are compared bytewise.
+ * Pure: no catalog access, no allocation.
+ */
+IdemGuardVerdict
+idem_guard_verdict(const IdemMachine *m, const text *from, const text *to,
+				   bool insert)
+{
+	int			f;
+	int			t;
+
+	t = to == NULL ? -1 :
+		idem_machine_state(m, VARDATA_ANY(to), VARSIZE_ANY_EXHDR(to));
+	if (insert || from == NULL)
+	{
+		if (!insert && to == NULL)
+			return IDEM_GUARD_UNCHANGED;
+		return t >= 0 && idem_machine_is_initial(m, t) ?
+			IDEM_GUARD_ALLOWED : IDEM_GUARD_BAD_INITIAL;
+	}
+	if (to != NULL && VARSIZE_ANY_EXHDR(from) == VARSIZE_ANY_EXHDR(to) &&
+		memcmp(VARDATA_ANY(from), VARDATA_ANY(to), VARSIZE_ANY_EXHDR(to)) == 0)
+		return IDEM_GUARD_UNCHANGED;
+	if (t < 0)
+		return IDEM_GUARD_UNKNOWN_TO;
+	f = idem_machine_state(m, VARDATA_ANY(from), VARSIZE_ANY_EXHDR(from));
+	if (f < 0)
+		return IDEM_GUARD_UNKNOWN_FROM;
+	return idem_machine_allows(m, f, t) ? IDEM_GUARD_ALLOWED : IDEM_GUARD_UNDECLARED;
 }
 
 /*
@@ -273,27 +345,15 @@ idem_sources(PG_FUNCTION_ARGS)
 Datum
 idem_guard_allows(PG_FUNCTION_ARGS)
 {
-	IdemMachine *m = call_machine(fcinfo, "idem_guard_allows");
-	text	   *from;
-	text	   *to;
-	int			f;
-	int			t;
+	text	   *args[3];
+	IdemMachine *m;
+	bool		result;
 
-	if (PG_ARGISNULL(2))
-		PG_RETURN_BOOL(PG_ARGISNULL(1));
-	to = PG_GETARG_TEXT_PP(2);
-	t = idem_machine_state(m, VARDATA_ANY(to), VARSIZE_ANY_EXHDR(to));
-	if (PG_ARGISNULL(1))
-		PG_RETURN_BOOL(t >= 0 && idem_machine_is_initial(m, t));
-
-	from = PG_GETARG_TEXT_PP(1);
-	if (VARSIZE_ANY_EXHDR(from) == VARSIZE_ANY_EXHDR(to) &&
-		memcmp(VARDATA_ANY(from), VARDATA_ANY(to), VARSIZE_ANY_EXHDR(to)) == 0)
-		PG_RETURN_BOOL(true);
-	if (t < 0)
-		PG_RETURN_BOOL(false);
-	f = idem_machine_state(m, VARDATA_ANY(from), VARSIZE_ANY_EXHDR(from));
-	PG_RETURN_BOOL(f >= 0 && idem_machine_allows(m, f, t));
+	text_args(fcinfo, args, 3);
+	m = call_machine(fcinfo, "idem_guard_allows");
+	result = idem_guard_verdict(m, args[1], args[2], false) <= IDEM_GUARD_UNCHANGED;
+	idem_machine_unpin();
+	PG_RETURN_BOOL(result);
 }
 
 /*

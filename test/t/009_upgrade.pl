@@ -93,6 +93,18 @@ foreach my $v (@old)
 		SELECT idem_claim('pay', 'claimed-only');
 		SELECT outcome FROM idem_begin('gw', 'leased', lease => '1 hour');
 		SELECT idem_machine_define('order', '{"initial": ["new"], "transitions": {"new": ["paid"], "paid": []}}');
+		CREATE TABLE guarded (id int PRIMARY KEY, status varchar(20), amount int,
+		                      version int NOT NULL DEFAULT 0);
+		SELECT idem_guard('guarded', 'status', 'order', 'version', true);
+		INSERT INTO guarded VALUES (1, 'new', 0), (2, 'new', 0);
+		-- A status derived by a BEFORE trigger (the UPDATE does not name it).
+		CREATE FUNCTION derive() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+		    IF NEW.amount < 0 THEN NEW.status := 'bogus'; END IF;
+		    IF NEW.amount > 0 THEN NEW.status := 'paid'; END IF;
+		    RETURN NEW;
+		END $$;
+		CREATE TRIGGER a_derive BEFORE UPDATE ON guarded FOR EACH ROW EXECUTE FUNCTION derive();
 	});
 	my $records_sql = q{
 		SELECT string_agg(concat_ws('|', scope, key, status, encode(fingerprint, 'hex'), result,
@@ -123,6 +135,24 @@ foreach my $v (@old)
 		't', "$v: machine definitions survive");
 	is($node->safe_psql($db, "SELECT claimed FROM idem_summary WHERE scope = 'pay'"),
 		'2', "$v: objects added by the update work");
+
+	# Its guards were installed again: every trigger of the new shape
+	# (no UPDATE OF), and a status derived by a BEFORE trigger is checked,
+	# versioned and logged.
+	is($node->safe_psql($db, q{
+		SELECT count(*) FILTER (WHERE cardinality(tgattr::int2[]) > 0) || '/' || count(*)
+		  FROM pg_trigger WHERE tgrelid = 'guarded'::regclass AND tgname LIKE 'idem_guard_%'}),
+		'0/6', "$v: the guard is installed again in the new shape");
+	($ret, $out, $err) = $node->psql($db, "UPDATE guarded SET amount = -1 WHERE id = 1");
+	like($err, qr/illegal transition from "new" to "bogus"/,
+		"$v: a status derived by a BEFORE trigger is checked after the update");
+	$node->safe_psql($db, "UPDATE guarded SET amount = 5 WHERE id = 2");
+	is($node->safe_psql($db, q{
+		SELECT g.status || ' ' || g.version || ' ' || count(l.*)
+		  FROM guarded g LEFT JOIN idem_transition_log l
+		    ON l.row_key = jsonb_build_object('id', g.id) AND l.to_state = 'paid'
+		 WHERE g.id = 2 GROUP BY g.status, g.version}),
+		'paid 1 1', "$v: the derived move is versioned and logged");
 }
 
 $node->stop;

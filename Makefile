@@ -56,7 +56,7 @@ build/idempotency--$(EXTVERSION).sql: $(SQL_SOURCES) idempotency.control
 	@mkdir -p build
 	cat $(SQL_SOURCES) > $@
 
-$(OBJS): src/idempotency.h src/compat.h
+$(OBJS): src/idempotency.h src/compat.h src/spi_read.h
 
 demo:
 	@PG_CONFIG=$(PG_CONFIG) bash test/demo.sh

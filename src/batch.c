@@ -101,6 +101,7 @@
 #include "utils/tuplestore.h"
 
 #include "idempotency.h"
+#include "spi_read.h"
 
 PG_FUNCTION_INFO_V1(idem_claim_many);
 
@@ -195,20 +196,17 @@ batch_bytes_cmp(const void *a, const void *b)
 
 /*
  * The index among the m sorted distinct keys of the key in column 1 of
- * SPI result row "row".  Every key a statement returns is one it was given.
+ * SPI result row "row" (one of the keys given, or idem_records.key).
+ * Every key a statement returns is one it was given.
  */
 static int
 batch_find(BatchKey *distinct, int m, int row)
 {
-	bool		isnull;
-	Datum		d = SPI_getbinval(SPI_tuptable->vals[row], SPI_tuptable->tupdesc,
-								  1, &isnull);
+	Datum		d = idem_spi_read_required(SPI_tuptable, row, 1, TEXTOID, "key");
 	text	   *t;
 	BatchKey	probe;
 	BatchKey   *hit;
 
-	if (isnull)
-		elog(ERROR, "idem_claim_many: statement returned a null key");
 	t = DatumGetTextPP(d);
 	probe.key = d;
 	probe.data = VARDATA_ANY(t);
@@ -367,26 +365,26 @@ batch_claim(Oid nsp, text *scope, BatchKey *distinct, int m,
 	n = idem_query_exec(&q_many_live, nsp, values, NULL, false, 0);
 	for (i = 0; i < n; i++)
 	{
-		HeapTuple	row = SPI_tuptable->vals[i];
-		TupleDesc	desc = SPI_tuptable->tupdesc;
 		int			k = batch_find(distinct, m, i);
-		bool		isnull;
 		char	   *status;
+		TimestampTz created_at;
 
-		if (DatumGetBool(SPI_getbinval(row, desc, 4, &isnull)))
+		/* "... IS TRUE": never NULL */
+		if (DatumGetBool(idem_spi_read_required(SPI_tuptable, i, 4, BOOLOID, "expires_at")))
 		{
 			state[k] = KEY_CLAIMABLE;
 			continue;
 		}
 		state[k] = KEY_DUPLICATE;
-		status = TextDatumGetCString(SPI_getbinval(row, desc, 2, &isnull));
+		status = idem_spi_read_cstring(SPI_tuptable, i, 2, "status");
+		created_at = DatumGetTimestampTz(idem_spi_read_required(SPI_tuptable, i, 3,
+																TIMESTAMPTZOID, "created_at"));
 		if (idem_duplicate_stat(status) == IDEM_STAT_IN_PROGRESS_CONFLICT)
 			n_in_progress++;
 		else
 			n_duplicate++;
 		idem_log_duplicate("claim", scope, (text *) DatumGetPointer(distinct[k].key),
-						   DatumGetTimestampTz(SPI_getbinval(row, desc, 3, &isnull)),
-						   status);
+						   created_at, status);
 	}
 
 	/* Step 2: insert or take over the rest, in sorted order. */
@@ -458,8 +456,9 @@ batch_claim(Oid nsp, text *scope, BatchKey *distinct, int m,
  * transaction), 40001 (REPEATABLE READ or SERIALIZABLE and a conflicting
  * record committed after the snapshot), 42501 (a record hidden by
  * row-level security), 55P03/57014 (lock_timeout/statement_timeout while
- * waiting for a concurrent claim of one of the keys).  An element's error
- * names its subscript.
+ * waiting for a concurrent claim of one of the keys), 55000 (a record of an
+ * idem_records whose columns a DBA changed: spi_read.c).  An element's
+ * error names its subscript.
  */
 Datum
 idem_claim_many(PG_FUNCTION_ARGS)

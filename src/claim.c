@@ -59,6 +59,7 @@
 #include "utils/timestamp.h"
 
 #include "idempotency.h"
+#include "spi_read.h"
 
 PG_FUNCTION_INFO_V1(idem_claim);
 PG_FUNCTION_INFO_V1(idem_claim_default_scope);
@@ -239,13 +240,6 @@ idem_claim_direct_in(IdemDirect *d, text *scope, text *key, TimestampTz now,
 						  &rec, scope, key, now, fp, fname);
 }
 
-/* Column col of the first row of the current SPI result, or NULL. */
-static inline Datum
-spi_col(int col, bool *isnull)
-{
-	return SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, col, isnull);
-}
-
 /*
  * The parameters every IdemClaimPlan statement shares: $1 scope, $2 key,
  * $3 the fingerprint digest (NULL: none), $4 now, $5 the expiry of a new
@@ -277,7 +271,9 @@ idem_claim_params(Datum *values, char *nulls, text *scope, text *key,
  * a live record answers the call (counted and logged); *rec is its state
  * and SPI_tuptable the read's row, whose further columns the caller may
  * read.  Errors: ID001, 42501 for a record row-level security hides,
- * idem_takeover_stuck's, and those of the statements.
+ * idem_takeover_stuck's, 55000 for a record the read cannot take as the
+ * install script shapes it (a column retyped, or NULL where the column
+ * was NOT NULL: spi_read.c), and those of the statements.
  */
 IdemClaimOutcome
 idem_claim_spi(const IdemClaimPlan *plan, Oid nsp, text *scope, text *key,
@@ -322,12 +318,15 @@ idem_claim_spi(const IdemClaimPlan *plan, Oid nsp, text *scope, text *key,
 			continue;
 		}
 
-		rec->status = TextDatumGetCString(spi_col(1, &isnull));
-		d = spi_col(2, &isnull);
+		rec->status = idem_spi_read_cstring(SPI_tuptable, 0, 1, "status");
+		d = idem_spi_read(SPI_tuptable, 0, 2, BYTEAOID, "fingerprint", &isnull);
 		rec->fingerprint = isnull ? NULL : DatumGetByteaPP(d);
-		rec->created_at = DatumGetTimestampTz(spi_col(3, &isnull));
-		rec->expires_at = DatumGetTimestampTz(spi_col(4, &isnull));
-		rec->locked_until = DatumGetTimestampTz(spi_col(5, &isnull));
+		rec->created_at = DatumGetTimestampTz(idem_spi_read_required(SPI_tuptable, 0, 3,
+																	 TIMESTAMPTZOID, "created_at"));
+		rec->expires_at = DatumGetTimestampTz(idem_spi_read_required(SPI_tuptable, 0, 4,
+																	 TIMESTAMPTZOID, "expires_at"));
+		d = idem_spi_read(SPI_tuptable, 0, 5, TIMESTAMPTZOID, "locked_until", &isnull);
+		rec->locked_until = isnull ? 0 : DatumGetTimestampTz(d);
 		rec->has_lock = !isnull;
 
 		if (!claim_verdict(rec, scope, key, now, fp, fname, plan->verb))
@@ -414,7 +413,8 @@ claim_internal(FunctionCallInfo fcinfo, text *scope, text *key,
  * claimed with a different fingerprint), 40001 (REPEATABLE READ or
  * SERIALIZABLE and a conflicting record committed after the snapshot, or
  * a takeover that makes no progress), 42501 (a record row-level security
- * hides or does not let the role update), 55P03/57014
+ * hides or does not let the role update), 55000 (a record of an
+ * idem_records whose columns a DBA changed: spi_read.c), 55P03/57014
  * (lock_timeout/statement_timeout while waiting).
  */
 Datum

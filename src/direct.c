@@ -35,6 +35,11 @@
  *	  constraint is evaluated with ExecConstraints, with its usual error.
  *	  (direct_table.c answers these questions about the table.)
  *
+ *	  Reading a conflicting record: its columns are of the install
+ *	  script's types (the open checked them), but a DBA may have dropped a
+ *	  NOT NULL and written a NULL; that record fails with the 55000 the SPI
+ *	  path's checked read raises (spi_read.c), not a guess.
+ *
  *	  When the fast path declines (the caller then takes the SPI path,
  *	  which is always correct): idempotency.direct_claim is off;
  *	  REPEATABLE READ and SERIALIZABLE (the SPI path raises 40001 on a
@@ -119,6 +124,7 @@
 #include "utils/syscache.h"
 
 #include "idempotency.h"
+#include "spi_read.h"
 
 static bool records_is_citus(Relation rel);
 static IdemDirect *direct_open_rel(Oid nsp, Relation rel);
@@ -138,7 +144,9 @@ direct_usable(Relation rel)
 /*
  * Copy the parts of the conflicting record that the claim decision needs
  * out of slot (which holds the tuple at *tid) into *rec, in the caller's
- * memory context.
+ * memory context.  The column types are the install script's (the open
+ * checked them: idem_records_shape_ok); a NULL in a column it makes NOT
+ * NULL fails with 55000, as the SPI path's read does (spi_read.c).
  */
 static void
 read_record(TupleTableSlot *slot, IdemRecordState *rec, MemoryContext into)
@@ -150,16 +158,22 @@ read_record(TupleTableSlot *slot, IdemRecordState *rec, MemoryContext into)
 	old = MemoryContextSwitchTo(into);
 
 	d = slot_getattr(slot, IDEM_COL_STATUS, &isnull);
-	rec->status = isnull ? pstrdup("") : TextDatumGetCString(d);
+	if (isnull)
+		idem_records_column_null("status");
+	rec->status = TextDatumGetCString(d);
 
 	d = slot_getattr(slot, IDEM_COL_FINGERPRINT, &isnull);
 	rec->fingerprint = isnull ? NULL : DatumGetByteaPCopy(d);
 
 	d = slot_getattr(slot, IDEM_COL_CREATED_AT, &isnull);
-	rec->created_at = isnull ? 0 : DatumGetTimestampTz(d);
+	if (isnull)
+		idem_records_column_null("created_at");
+	rec->created_at = DatumGetTimestampTz(d);
 
 	d = slot_getattr(slot, IDEM_COL_EXPIRES_AT, &isnull);
-	rec->expires_at = isnull ? 0 : DatumGetTimestampTz(d);
+	if (isnull)
+		idem_records_column_null("expires_at");
+	rec->expires_at = DatumGetTimestampTz(d);
 
 	d = slot_getattr(slot, IDEM_COL_LOCKED_UNTIL, &isnull);
 	rec->has_lock = !isnull;
@@ -413,8 +427,9 @@ idem_direct_close(IdemDirect *d)
  * state is in *rec, allocated in the caller's memory context).  Errors are
  * those of an INSERT: 55P03/57014 while waiting for another transaction's
  * claim of the key, 23505 from a unique index a DBA added, 23514 from a
- * CHECK a DBA added.  The caller has checked that the transaction is not
- * read-only (25006).
+ * CHECK a DBA added; and 55000 for a conflicting record with NULL in a
+ * column the install script makes NOT NULL (read_record).  The caller has
+ * checked that the transaction is not read-only (25006).
  */
 IdemDirectResult
 idem_direct_claim_key(IdemDirect *d, text *scope, text *key, TimestampTz now,

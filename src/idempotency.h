@@ -14,6 +14,8 @@
  *	                     rewrite
  *	    query.c          prepared SPI plans per backend; idem_spi_connect;
  *	                     set-returning setup (idem_srf_begin)
+ *	    spi_read.c       checked reads of idem_records' values from SPI
+ *	                     results (type and NULL, 55000); calls no other file
  *	    claim.c          deciding one key: idem_claim, and the decision
  *	                     (fast path verdict, SPI insert/read/takeover,
  *	                     duplicate log and counts) that idem_claim_many and
@@ -56,7 +58,9 @@
  *	  lease.c, token.c, batch.c) call shard.c; the state machines form the
  *	  chain machine.c <- machine_cache.c <- transition.c -> guard.c, and
  *	  guard_trigger.c -> guard_cache.c -> machine_cache.c; machine_cache.c,
- *	  guard.c, guard_cache.c and guard_trigger.c also call citus.c.
+ *	  guard.c, guard_cache.c and guard_trigger.c also call citus.c;
+ *	  claim.c, lease.c, records.c, batch.c, stats.c and direct.c read
+ *	  idem_records through spi_read.c.
  *
  *-------------------------------------------------------------------------
  */
@@ -354,6 +358,12 @@ extern Oid	idem_citus_local_placement(Oid logical, const char *minvalue);
  */
 /* Limit on machine names, in bytes (a CHECK on idem_machines says the same). */
 #define IDEM_MAX_MACHINE_BYTES	63
+/*
+ * Limits on a machine's size (machine.c; docs/reference.md): at these
+ * sizes a compile takes well under a second (54000 beyond).
+ */
+#define IDEM_MAX_MACHINE_STATES			100000
+#define IDEM_MAX_MACHINE_TRANSITIONS	1000000
 
 /*
  * A compiled state machine.  When idem_machine_get sets *cached, the

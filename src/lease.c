@@ -44,6 +44,7 @@
 #include "utils/timestamp.h"
 
 #include "idempotency.h"
+#include "spi_read.h"
 
 PG_FUNCTION_INFO_V1(idem_begin);
 PG_FUNCTION_INFO_V1(idem_heartbeat);
@@ -184,12 +185,6 @@ static IdemQuery q_await_read = {
 	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}, true
 };
 
-static inline Datum
-spi_col(int col, bool *isnull)
-{
-	return SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, col, isnull);
-}
-
 /* The token argument: not NULL. */
 static int64
 arg_token(FunctionCallInfo fcinfo, int argno, const char *fname)
@@ -205,19 +200,21 @@ arg_token(FunctionCallInfo fcinfo, int argno, const char *fname)
 /*
  * Raise the error for a token-checked UPDATE that matched nothing, saying
  * why: ID002 when the key was never begun (no record at all), 22004 when a heartbeat gave no lease length and the record has
- * none (lease_given false), else ID003 (lease lost).  Must be called
- * inside the SPI connection.
+ * none (lease_given false), else ID003 (lease lost); 55000 when the
+ * record cannot be read as the install script shapes it (spi_read.c).
+ * Must be called inside the SPI connection.
  */
 static void
 lease_lost(Oid nsp, const char *fname, text *scope, text *key, int64 token,
 		   TimestampTz now, bool lease_given)
 {
 	Datum		values[3];
-	bool		isnull;
 	char	   *why;
 	char	   *status;
 	Datum		cur;
 	bool		cur_null;
+	bool		live;
+	bool		no_lease;
 
 	values[0] = PointerGetDatum(scope);
 	values[1] = PointerGetDatum(key);
@@ -231,14 +228,15 @@ lease_lost(Oid nsp, const char *fname, text *scope, text *key, int64 token,
 						   text_to_cstring(key), text_to_cstring(scope)),
 				 errhint("Call idem_begin first and pass the token it returns; a record purged after its expiry is gone too.")));
 
-	cur = spi_col(2, &cur_null);
-	status = TextDatumGetCString(spi_col(1, &isnull));
-	if (!DatumGetBool(spi_col(3, &isnull)))
+	status = idem_spi_read_cstring(SPI_tuptable, 0, 1, "status");
+	cur = idem_spi_read(SPI_tuptable, 0, 2, INT8OID, "token", &cur_null);
+	live = DatumGetBool(idem_spi_read_required(SPI_tuptable, 0, 3, BOOLOID, "expires_at"));
+	no_lease = DatumGetBool(idem_spi_read_required(SPI_tuptable, 0, 4, BOOLOID, "lease"));
+	if (!live)
 		why = psprintf("Key \"%s\" in scope \"%s\" has no live record.",
 					   text_to_cstring(key), text_to_cstring(scope));
 	else if (strcmp(status, IDEM_STATUS_IN_PROGRESS) == 0 && !cur_null &&
-			 DatumGetInt64(cur) == token && !lease_given &&
-			 DatumGetBool(spi_col(4, &isnull)))
+			 DatumGetInt64(cur) == token && !lease_given && no_lease)
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("%s: the record has no lease length, so one must be given", fname),
@@ -272,7 +270,8 @@ lease_lost(Oid nsp, const char *fname, text *scope, text *key, int64 token,
  * lease or ttl, as idem_claim), 25006 (read-only), ID001 (fingerprint
  * mismatch), 40001 (REPEATABLE READ/SERIALIZABLE conflict, or a takeover
  * that makes no progress), 42501 (a record row-level security hides or
- * does not let the role update), as idem_claim (claim.c's idem_claim_spi).
+ * does not let the role update), 55000 (a record of an idem_records whose
+ * columns a DBA changed), as idem_claim (claim.c's idem_claim_spi).
  */
 Datum
 idem_begin(PG_FUNCTION_ARGS)
@@ -325,7 +324,7 @@ idem_begin(PG_FUNCTION_ARGS)
 					   fname, &rec) == IDEM_CLAIM_ACQUIRED)
 	{
 		outcome = "acquired";
-		token = spi_col(1, &token_null);
+		token = idem_spi_read(SPI_tuptable, 0, 1, INT8OID, "token", &token_null);
 	}
 	else if (strcmp(rec.status, IDEM_STATUS_IN_PROGRESS) == 0)
 		outcome = "in_progress";
@@ -333,7 +332,7 @@ idem_begin(PG_FUNCTION_ARGS)
 	{
 		/* failed, or completed (or claimed by idem_claim): replay the result */
 		outcome = strcmp(rec.status, IDEM_STATUS_FAILED) == 0 ? "failed" : "completed";
-		result = spi_col(6, &result_null);
+		result = idem_spi_read(SPI_tuptable, 0, 6, JSONBOID, "result", &result_null);
 		if (!result_null)
 			result = SPI_datumTransfer(result, false, -1);
 	}
@@ -371,6 +370,7 @@ idem_heartbeat(PG_FUNCTION_ARGS)
 	TimestampTz now;
 	Datum		values[5];
 	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
+	Datum		d;
 	TimestampTz until;
 	bool		isnull;
 
@@ -397,9 +397,13 @@ idem_heartbeat(PG_FUNCTION_ARGS)
 	idem_spi_connect();
 	if (idem_query_exec(&q_heartbeat, nsp, values, nulls, false, 0) == 0)
 		lease_lost(nsp, fname, scope, key, token, now, !PG_ARGISNULL(3));
-	until = DatumGetTimestampTz(spi_col(1, &isnull));
+	/* NULL only if a trigger made it so: then what the row holds. */
+	d = idem_spi_read(SPI_tuptable, 0, 1, TIMESTAMPTZOID, "locked_until", &isnull);
+	until = isnull ? 0 : DatumGetTimestampTz(d);
 	SPI_finish();
 
+	if (isnull)
+		PG_RETURN_NULL();
 	PG_RETURN_TIMESTAMPTZ(until);
 }
 
@@ -510,7 +514,8 @@ idem_fail(PG_FUNCTION_ARGS)
  * (NULL when there is no live record).  Needs READ COMMITTED, where each
  * look takes a fresh snapshot.  Fails with 22004/22023/22001 (bad
  * arguments; timeout must not be negative), 25000 (REPEATABLE READ or
- * SERIALIZABLE), 57014 (statement_timeout or cancel).
+ * SERIALIZABLE), 55000 (a record of an idem_records whose columns a DBA
+ * changed: spi_read.c), 57014 (statement_timeout or cancel).
  */
 Datum
 idem_await(PG_FUNCTION_ARGS)
@@ -561,6 +566,7 @@ idem_await(PG_FUNCTION_ARGS)
 		TimestampTz now = GetCurrentTimestamp();
 		bool		snull;
 		char	   *status;
+		Datum		d;
 		TimestampTz lease_end;
 		long		wait_ms;
 		MemoryContext old;
@@ -578,14 +584,17 @@ idem_await(PG_FUNCTION_ARGS)
 			break;
 		}
 
-		status = TextDatumGetCString(spi_col(2, &snull));
-		lease_end = DatumGetTimestampTz(spi_col(3, &snull));
+		status = idem_spi_read_cstring(SPI_tuptable, 0, 2, "status");
+		d = idem_spi_read(SPI_tuptable, 0, 3, TIMESTAMPTZOID, "locked_until", &snull);
+		lease_end = snull ? 0 : DatumGetTimestampTz(d);
 		done = strcmp(status, IDEM_STATUS_IN_PROGRESS) != 0 || snull ||
 			lease_end <= now || now >= deadline;
 		MemoryContextSwitchTo(old);
 		if (done)
 		{
-			result = SPI_datumTransfer(spi_col(1, &isnull), false, -1);
+			/* ROW(...)::idem_record: the statement fixes its type. */
+			d = idem_spi_read(SPI_tuptable, 0, 1, InvalidOid, NULL, &isnull);
+			result = SPI_datumTransfer(d, false, -1);
 			break;
 		}
 		SPI_freetuptable(SPI_tuptable);

@@ -37,6 +37,7 @@
 #include "utils/tuplestore.h"
 
 #include "idempotency.h"
+#include "spi_read.h"
 
 PG_FUNCTION_INFO_V1(idem_complete);
 PG_FUNCTION_INFO_V1(idem_lookup);
@@ -155,13 +156,6 @@ static IdemQuery q_summary = {
 	1, {TIMESTAMPTZOID}
 };
 
-/* Column value of the current SPI result row, or NULL. */
-static inline Datum
-spi_col(int col, bool *isnull)
-{
-	return SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, col, isnull);
-}
-
 /*
  * idem_complete(scope text, key text, result jsonb) RETURNS void
  *
@@ -169,7 +163,9 @@ spi_col(int col, bool *isnull)
  * replay.  Fails with 22004/22023/22001 as idem_claim, 25006 (read-only),
  * ID002 (no live record: absent, expired, or claimed by a transaction
  * that has not committed), ID005 (the record is not in status 'claimed':
- * already completed, failed, or in progress under a lease).
+ * already completed, failed, or in progress under a lease), 55000 (the
+ * record cannot be read as the install script shapes idem_records: a
+ * column retyped, or NULL where it was NOT NULL; spi_read.c).
  */
 Datum
 idem_complete(PG_FUNCTION_ARGS)
@@ -201,22 +197,23 @@ idem_complete(PG_FUNCTION_ARGS)
 	if (idem_query_exec(&q_complete, nsp, values, nulls, false, 0) == 0)
 	{
 		Datum		svalues[3] = {values[0], values[1], values[3]};
-		bool		isnull;
+		char	   *status;
 
 		if (idem_query_exec(&q_status, nsp, svalues, NULL, false, 1) == 0 ||
-			!DatumGetBool(spi_col(2, &isnull)))
+			!DatumGetBool(idem_spi_read_required(SPI_tuptable, 0, 2, BOOLOID,
+												 "expires_at")))
 			ereport(ERROR,
 					(errcode(ERRCODE_IDEM_NO_RECORD),
 					 errmsg("%s: no live idempotency record", fname),
 					 errdetail("Key \"%s\" in scope \"%s\" has no record, or its record expired.",
 							   text_to_cstring(key), text_to_cstring(scope)),
 					 errhint("Call idem_claim() first, in the same transaction.")));
+		status = idem_spi_read_cstring(SPI_tuptable, 0, 1, "status");
 		ereport(ERROR,
 				(errcode(ERRCODE_IDEM_WRONG_STATUS),
 				 errmsg("%s: idempotency record is not claimed", fname),
 				 errdetail("Key \"%s\" in scope \"%s\" has status \"%s\".",
-						   text_to_cstring(key), text_to_cstring(scope),
-						   TextDatumGetCString(spi_col(1, &isnull))),
+						   text_to_cstring(key), text_to_cstring(scope), status),
 				 errhint("Only a record claimed with idem_claim() can be completed; a leased record is finished with idem_finish().")));
 	}
 	idem_stats_count(scope, IDEM_STAT_COMPLETED);
@@ -250,7 +247,8 @@ idem_lookup(PG_FUNCTION_ARGS)
 
 	if (idem_query_exec(&q_lookup, nsp, values, NULL, true, 1) == 1)
 	{
-		result = spi_col(1, &isnull);
+		/* ROW(...)::idem_record: the statement fixes its type. */
+		result = idem_spi_read(SPI_tuptable, 0, 1, InvalidOid, NULL, &isnull);
 		if (!isnull)
 			result = SPI_datumTransfer(result, false, -1);
 	}
@@ -279,7 +277,6 @@ idem_release(PG_FUNCTION_ARGS)
 	Oid			nsp = idem_extension_schema(fcinfo);
 	Datum		values[3];
 	bool		removed = false;
-	bool		isnull;
 
 	idem_check_writable(fname);
 
@@ -290,7 +287,8 @@ idem_release(PG_FUNCTION_ARGS)
 	idem_spi_connect();
 
 	if (idem_query_exec(&q_release, nsp, values, NULL, false, 0) == 1)
-		removed = DatumGetBool(spi_col(1, &isnull));
+		removed = DatumGetBool(idem_spi_read_required(SPI_tuptable, 0, 1, BOOLOID,
+													  "expires_at"));
 	else if (idem_query_exec(&q_leased, nsp, values, NULL, false, 1) == 1)
 	{
 		/*
@@ -317,7 +315,8 @@ idem_release(PG_FUNCTION_ARGS)
  * concurrent transactions (a purge never waits for a claim), and returns
  * how many were removed.  A claim of one of the very keys this batch is
  * deleting waits for the batch to commit, then claims the key afresh.  Fails with
- * 22004 (NULL batch_size), 22023 (batch_size < 1), 25006 (read-only).
+ * 22004 (NULL batch_size), 22023 (batch_size < 1), 25006 (read-only),
+ * 55000 (scope is no longer a text column).
  */
 Datum
 idem_purge(PG_FUNCTION_ARGS)
@@ -349,6 +348,9 @@ idem_purge(PG_FUNCTION_ARGS)
 						OidIsValid(idem_shard_type(nsp)) ? &q_purge_citus_shard :
 						&q_purge_citus,
 						nsp, values, NULL, false, 0);
+	/* The scopes deleted, for the statistics: checked with or without them. */
+	if (SPI_tuptable != NULL)
+		idem_spi_check_type(SPI_tuptable, 1, TEXTOID, "scope");
 	idem_stats_count_rows(IDEM_STAT_PURGED);
 	SPI_finish();
 
@@ -367,7 +369,8 @@ idem_purge(PG_FUNCTION_ARGS)
  * in-progress rows whose lease ran out (stuck work nobody has taken over).
  * Scans the whole table, as the caller: needs no shared_preload_libraries,
  * but SELECT on idem_records, and row-level security applies.  Fails with
- * 42501 without that privilege, 0A000 where a set cannot be accepted.
+ * 42501 without that privilege, 0A000 where a set cannot be accepted,
+ * 55000 (scope or created_at retyped).
  */
 Datum
 idem_summary(PG_FUNCTION_ARGS)
@@ -387,6 +390,9 @@ idem_summary(PG_FUNCTION_ARGS)
 	if (SPI_tuptable->tupdesc->natts != SUMMARY_COLUMNS)
 		elog(ERROR, "%s: query returned %d columns", fname,
 			 SPI_tuptable->tupdesc->natts);
+	/* The columns taken from idem_records as they are (the rest count). */
+	idem_spi_check_type(SPI_tuptable, 1, TEXTOID, "scope");
+	idem_spi_check_type(SPI_tuptable, 10, TIMESTAMPTZOID, "created_at");
 	for (i = 0; i < SPI_processed; i++)
 	{
 		Datum		values[SUMMARY_COLUMNS];

@@ -84,6 +84,7 @@
 #include "utils/tuplestore.h"
 
 #include "idempotency.h"
+#include "spi_read.h"
 
 PG_FUNCTION_INFO_V1(idem_stats);
 PG_FUNCTION_INFO_V1(idem_stats_reset);
@@ -450,8 +451,9 @@ idem_stats_add(text *scope, IdemStatKind kind, int64 n)
 
 /*
  * Count one event of kind per row of SPI_tuptable, for the scope in the
- * row's first column (a text).  For statements that touch many scopes at
- * once, such as idem_purge's DELETE ... RETURNING scope.
+ * row's first column (idem_records.scope, a text; a NULL scope is not
+ * counted).  For statements that touch many scopes at once, such as
+ * idem_purge's DELETE ... RETURNING scope.
  */
 void
 idem_stats_count_rows(IdemStatKind kind)
@@ -466,8 +468,7 @@ idem_stats_count_rows(IdemStatKind kind)
 	for (i = 0; i < SPI_processed; i++)
 	{
 		bool		isnull;
-		Datum		d = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
-									  1, &isnull);
+		Datum		d = idem_spi_read(SPI_tuptable, i, 1, TEXTOID, "scope", &isnull);
 		text	   *scope;
 
 		if (isnull)

@@ -542,6 +542,25 @@ release_slot(int code, Datum arg)
 										  &expected, 0);
 }
 
+/*
+ * The first column of the first row of the current SPI result, which the
+ * statement makes a non-NULL value of type: anything else is a bug.
+ */
+static Datum
+spi_first_value(Oid type, const char *what)
+{
+	bool		isnull;
+	Datum		d;
+
+	if (SPI_tuptable == NULL || SPI_tuptable->numvals < 1 ||
+		SPI_gettypeid(SPI_tuptable->tupdesc, 1) != type)
+		elog(ERROR, "idempotency purge: unexpected result of %s", what);
+	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	if (isnull)
+		elog(ERROR, "idempotency purge: %s is null", what);
+	return d;
+}
+
 /* One round in the current database; see the header comment. */
 static void
 purge_round(PurgeSlot *slot, const char *dbname)
@@ -570,24 +589,21 @@ purge_round(PurgeSlot *slot, const char *dbname)
 		pgstat_report_activity(STATE_RUNNING,
 							   psprintf("SELECT idem_purge(%d)", batch));
 
+		/*
+		 * Neither statement reads idem_records: pg_extension.extnamespace
+		 * and idem_purge's result are NOT NULL, of the types asked for.
+		 */
 		if (idem_query_exec(&q_extension_schema, PG_CATALOG_NAMESPACE,
 							NULL, NULL, true, 1) == 1)
-		{
-			bool		isnull;
-
-			nsp = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0],
-												 SPI_tuptable->tupdesc, 1, &isnull));
-		}
+			nsp = DatumGetObjectId(spi_first_value(OIDOID, "extnamespace"));
 		if (OidIsValid(nsp))
 		{
 			Datum		values[1];
-			bool		isnull;
 
 			values[0] = Int32GetDatum(batch);
 			if (idem_query_exec(&q_purge_call, nsp, values, NULL, false, 1) != 1)
 				elog(ERROR, "idem_purge returned no row");
-			removed = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
-												  SPI_tuptable->tupdesc, 1, &isnull));
+			removed = DatumGetInt64(spi_first_value(INT8OID, "idem_purge"));
 		}
 
 		SPI_finish();

@@ -36,7 +36,22 @@ PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initi
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs 2>/dev/null)
 
-.PHONY: demo test test-matrix lint bench soak sanitize deb mutate
+.PHONY: demo test test-matrix lint bench soak sanitize deb mutate portable tle test-portable portable-always
+
+# The portable edition (SQL and PL/pgSQL, for managed PostgreSQL; see
+# docs/managed.md), generated from SQL_SOURCES and sql/portable/ by
+# sql/portable/generate.pl (perl only: no pg_config, no compiler).
+#   make portable  build/portable/idempotency-portable--$(EXTVERSION).sql, the
+#                  plain script (installs into the schema idempotency.install_schema
+#                  names), and build/portable/idempotency--$(EXTVERSION).sql, the
+#                  extension script it wraps
+#   make tle       build/tle/idempotency--pgtle.sql, for a role in pgtle_admin
+#   make test-portable  test/portable.sh: both against PostgreSQL 15, and the
+#                  catalog parity with the C edition
+PORTABLE_GEN = perl sql/portable/generate.pl
+# Always regenerated (under a second): a deleted body must fail the build.
+PORTABLE_DEPS = $(SQL_SOURCES) $(wildcard sql/portable/*.sql) sql/portable/exceptions.txt \
+	sql/portable/generate.pl idempotency.control portable-always
 
 # `make` with no target builds the extension when PGXS is available.
 ifneq ($(wildcard $(PGXS)),)
@@ -57,6 +72,27 @@ build/idempotency--$(EXTVERSION).sql: $(SQL_SOURCES) idempotency.control
 	cat $(SQL_SOURCES) > $@
 
 $(OBJS): src/idempotency.h src/compat.h src/spi_read.h
+
+portable: build/portable/idempotency-portable--$(EXTVERSION).sql build/portable/idempotency--$(EXTVERSION).sql
+tle: build/tle/idempotency--pgtle.sql
+
+# Written to a temporary file first, so that a failed generation leaves none.
+build/portable/idempotency--$(EXTVERSION).sql: $(PORTABLE_DEPS)
+	@mkdir -p build/portable
+	$(PORTABLE_GEN) ext $(SQL_SOURCES) > $@.tmp && mv $@.tmp $@ || { rm -f $@.tmp $@; exit 1; }
+
+build/portable/idempotency-portable--$(EXTVERSION).sql: $(PORTABLE_DEPS)
+	@mkdir -p build/portable
+	$(PORTABLE_GEN) plain $(SQL_SOURCES) > $@.tmp && mv $@.tmp $@ || { rm -f $@.tmp $@; exit 1; }
+
+build/tle/idempotency--pgtle.sql: $(PORTABLE_DEPS)
+	@mkdir -p build/tle
+	$(PORTABLE_GEN) tle $(SQL_SOURCES) > $@.tmp && mv $@.tmp $@ || { rm -f $@.tmp $@; exit 1; }
+
+test-portable:
+	@bash test/portable.sh
+
+portable-always:
 
 demo:
 	@PG_CONFIG=$(PG_CONFIG) bash test/demo.sh

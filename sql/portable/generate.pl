@@ -1,0 +1,275 @@
+#!/usr/bin/env perl
+# generate.pl: the portable edition's SQL, made from the C edition's
+# sources (docs/managed.md, "One source").  Used by `make portable` and
+# `make tle`; needs only perl (core modules) and the files named below.
+#
+#   perl sql/portable/generate.pl MODE SOURCE.sql...   > OUTPUT
+#
+# MODE:
+#   ext    the extension script (what CREATE EXTENSION runs; @extschema@
+#          left for the server to replace)
+#   tle    ext, wrapped in pgtle.install_extension(...) for a role in
+#          pgtle_admin (build/tle/idempotency--pgtle.sql)
+#   plain  ext without what only CREATE EXTENSION allows, wrapped in a DO
+#          block that installs into the schema named by the setting
+#          idempotency.install_schema (build/portable/...)
+#
+# SOURCEs are the C edition's install sources in Makefile order
+# (SQL_SOURCES).  Every statement of theirs is copied unchanged, except:
+#   - a `CREATE FUNCTION ... AS 'MODULE_PATHNAME', 'SYMBOL' LANGUAGE C`
+#     declaration keeps its header (name, arguments, defaults, result,
+#     volatility, strictness, parallel label, ROWS) and gets the body of
+#     the block `-- portable: SYMBOL` of sql/portable/*.sql instead of
+#     its C symbol: `LANGUAGE C` becomes that block's LANGUAGE and the
+#     block's `AS $$ ... $$` is appended;
+#   - a C function without such a block must be named in
+#     sql/portable/exceptions.txt (`omit-function NAME reason`); it is
+#     left out, with the COMMENT, GRANT, REVOKE and CREATE TRIGGER
+#     statements that name it.  Any other statement that names it (a view,
+#     a CHECK, a body) is an error, as is a C function neither ported nor
+#     listed, a block no declaration uses, and a name both ported and
+#     listed.
+# Errors go to stderr, with exit status 1: the Makefile then writes nothing.
+use strict;
+use warnings;
+use File::Basename qw(dirname);
+
+my $here = dirname(__FILE__);
+my $top = "$here/../..";
+
+sub fail { print STDERR "generate.pl: $_[0]\n"; exit 1; }
+
+my $mode = shift @ARGV // '';
+$mode =~ /^(ext|tle|plain)$/ or fail("usage: generate.pl ext|tle|plain SOURCE.sql...");
+@ARGV or fail("no SOURCE files given");
+
+sub slurp {
+    my ($file) = @_;
+    open(my $fh, '<', $file) or fail("cannot read $file: $!");
+    local $/;
+    my $text = <$fh>;
+    close $fh;
+    return $text;
+}
+
+# The version and description, from the control file (as the Makefile).
+my $control = slurp("$top/idempotency.control");
+my ($version) = $control =~ /^default_version\s*=\s*'([^']*)'/m or fail("no default_version in idempotency.control");
+my ($comment) = $control =~ /^comment\s*=\s*'([^']*)'/m or fail("no comment in idempotency.control");
+
+# exceptions.txt: `KIND OBJECT REASON...`; the generator reads the
+# omit-function lines (the catalog-parity test reads them all).
+my %omit;
+for my $line (split /\n/, slurp("$here/exceptions.txt")) {
+    next if $line =~ /^\s*(#|$)/;
+    my ($kind, $object, $reason) = split ' ', $line, 3;
+    defined $reason && $reason =~ /\S/ or fail("exceptions.txt: no reason given in: $line");
+    $omit{$object} = $reason if $kind eq 'omit-function';
+}
+
+# Split SQL text into statements: [leading comments and blank lines, the
+# statement itself].  Aware of -- comments, '...' strings and $tag$ quotes,
+# which is all the sources use.
+sub statements {
+    my ($text, $file) = @_;
+    my @out;
+    my ($lead, $stmt) = ('', '');
+    my $quote;    # undef, "'" or a dollar tag
+    for my $line (split /(?<=\n)/, $text) {
+        if (!defined $quote && $stmt eq '' && ($line =~ /^\s*(--.*)?\n?$/ || $line =~ /^\\echo/)) {
+            $lead .= $line;
+            next;
+        }
+        $stmt .= $line;
+        my $rest = $line;
+        my $ends = 0;
+        while ($rest ne '') {
+            if (defined $quote) {
+                my $close = $quote eq "'" ? "'" : $quote;
+                my $at = index($rest, $close);
+                if ($at < 0) { $rest = ''; last; }
+                $rest = substr($rest, $at + length $close);
+                $quote = undef;
+                next;
+            }
+            if ($rest =~ /^(.*?)(--|'|\$[A-Za-z_]*\$|;)/s) {
+                my $tok = $2;
+                $rest = substr($rest, length($1) + length($tok));
+                if ($tok eq '--') { $rest = ''; last; }
+                if ($tok eq ';') { $ends = 1 if $rest =~ /^\s*(--.*)?$/; next; }
+                $quote = $tok;
+                next;
+            }
+            last;
+        }
+        if ($ends && !defined $quote) {
+            push @out, [$lead, $stmt];
+            ($lead, $stmt) = ('', '');
+        }
+    }
+    fail("$file: unterminated statement at its end:\n$stmt") if $stmt =~ /\S/;
+    push @out, [$lead, ''] if $lead ne '';
+    return @out;
+}
+
+# The portable bodies: `-- portable: SYMBOL` then LANGUAGE x AS $$...$$;
+my %body;
+my %body_file;
+for my $file (sort glob("$here/*.sql")) {
+    for my $s (statements(slurp($file), $file)) {
+        my ($lead, $stmt) = @$s;
+        next if $stmt eq '';
+        my @markers = $lead =~ /^-- portable: (\w+)\s*$/mg;
+        @markers == 1 or fail("$file: each statement needs one `-- portable: SYMBOL` line before it:\n$stmt");
+        my $sym = $markers[0];
+        fail("$file: two bodies for $sym (also in $body_file{$sym})") if exists $body{$sym};
+        $stmt =~ /^\s*(LANGUAGE\s+\w+)\s+(AS\s+(\$[A-Za-z_]*\$).*\3)\s*;\s*(--.*)?$/s
+            or fail("$file: the block of $sym must be `LANGUAGE name AS \$\$ ... \$\$;`");
+        $body{$sym} = [$1, $2];
+        $body_file{$sym} = $file;
+    }
+}
+
+my (@out, %used, %omitted, %declared);
+for my $file (@ARGV) {
+    for my $s (statements(slurp($file), $file)) {
+        my ($lead, $stmt) = @$s;
+        $lead =~ s/^\\echo.*\n//mg;
+        my ($cname) = $stmt =~ /^\s*CREATE\s+(?:OR\s+REPLACE\s+)?FUNCTION\s+\@extschema\@\.(\w+)/;
+        if (defined $cname && $stmt =~ /\bLANGUAGE\s+C\b/) {
+            my $name = $cname;
+            my ($sym) = $stmt =~ /AS\s+'MODULE_PATHNAME'\s*,\s*'(\w+)'/
+                or fail("$file: C function $name without AS 'MODULE_PATHNAME', 'symbol'");
+            $declared{$name} = 1;
+            if (exists $body{$sym}) {
+                fail("$name is ported (sql/portable: $sym) and listed as omit-function in exceptions.txt") if exists $omit{$name};
+                my ($lang, $as) = @{$body{$sym}};
+                $stmt =~ s/\n?[ \t]*AS\s+'MODULE_PATHNAME'\s*,\s*'\w+'[ \t]*//;
+                $stmt =~ s/\bLANGUAGE\s+C\b/$lang/;
+                $stmt =~ s/;(\s*)$/\n$as;$1/;
+                $used{$sym} = 1;
+            } elsif (exists $omit{$name}) {
+                $omitted{$name} = 1;
+                push @out, $lead;
+                next;
+            } else {
+                fail("C function $name (symbol $sym, $file) has no portable body (`-- portable: $sym` in sql/portable/*.sql) and is not listed as omit-function in sql/portable/exceptions.txt");
+            }
+        } elsif ($stmt ne '') {
+            my @names = grep { $omitted{$_} } $stmt =~ /\@extschema\@\.(\w+)\s*\(/g;
+            if (@names) {
+                if ($stmt =~ /^\s*(COMMENT\s+ON\s+FUNCTION|GRANT|REVOKE|CREATE\s+TRIGGER)\b/) {
+                    push @out, $lead;
+                    next;
+                }
+                fail("$file: this statement uses $names[0], which the portable edition omits:\n$stmt");
+            }
+            if ($mode eq 'plain' && $stmt =~ /^\s*SELECT\s+pg_catalog\.pg_extension_config_dump\(/) {
+                push @out, $lead;    # only CREATE EXTENSION may call it
+                next;
+            }
+            if ($mode eq 'plain') {
+                # Without CREATE EXTENSION there is no pg_extension row to find
+                # the schema by: the plain script's functions name it (as
+                # every portable body does), so it cannot be renamed.
+                $stmt =~ s/\(SELECT n\.nspname FROM pg_catalog\.pg_extension e\s+JOIN pg_catalog\.pg_namespace n ON n\.oid OPERATOR\(pg_catalog\.=\) e\.extnamespace\s+WHERE e\.extname OPERATOR\(pg_catalog\.=\) 'idempotency'\)/(SELECT n.nspname FROM pg_catalog.pg_namespace n WHERE n.oid OPERATOR(pg_catalog.=) \$nsp\$\@extschema\@\$nsp\$::pg_catalog.regnamespace)/g;
+                fail("$file: the plain script cannot find the schema through pg_extension; teach generate.pl this form:\n$stmt")
+                    if $stmt =~ /extname\s+OPERATOR\(pg_catalog\.=\)\s+'idempotency'/;
+            }
+        }
+        push @out, $lead . $stmt;
+    }
+}
+for my $sym (sort keys %body) {
+    fail("$body_file{$sym}: the body `-- portable: $sym` is used by no C declaration") unless $used{$sym};
+}
+for my $name (sort keys %omit) {
+    fail("exceptions.txt: omit-function $name, but no C function of that name is declared") unless $declared{$name};
+}
+my $script = join('', @out);
+fail("MODULE_PATHNAME is left in the portable script") if $script =~ /MODULE_PATHNAME/;
+fail("LANGUAGE C is left in the portable script") if $script =~ /\bLANGUAGE\s+C\b/;
+
+my $head = "-- idempotency $version, portable edition (SQL and PL/pgSQL): generated by sql/portable/generate.pl\n"
+    . "-- from the C edition's sources and sql/portable/*.sql.  Do not edit; see docs/managed.md.\n";
+
+if ($mode eq 'ext') {
+    print $head, $script;
+    exit 0;
+}
+
+sub dollar_quote {
+    my ($tag, $text) = @_;
+    fail("the script contains \$$tag\$, the quote around it") if index($text, "\$$tag\$") >= 0;
+    return "\$$tag\$$text\$$tag\$";
+}
+
+if ($mode eq 'tle') {
+    (my $desc = $comment) =~ s/'/''/g;
+    print $head;
+    print <<"EOT";
+--
+-- pg_tle registration (AWS RDS and Aurora, Supabase, any server with pg_tle):
+-- run this file as a role in pgtle_admin, in each database that will
+-- use the extension, after CREATE EXTENSION pg_tle.  Then
+--   CREATE EXTENSION idempotency;            -- or ... SCHEMA idem
+-- To replace a registration: SELECT pgtle.uninstall_extension('idempotency');
+-- Registers version $version; later releases add pgtle.install_update_path calls
+-- here, so that ALTER EXTENSION idempotency UPDATE works.
+SELECT pgtle.install_extension(
+    'idempotency',
+    '$version',
+    '$desc',
+EOT
+    print dollar_quote('_idem_tle_', $script), "\n);\n";
+    exit 0;
+}
+
+# plain
+my $script_q = dollar_quote('_idem_script_', $script);
+print $head;
+print <<"EOT";
+--
+-- The plain script, for servers without pg_tle (Cloud SQL, Azure, Neon...):
+-- installs the objects of the extension into the schema named by the
+-- setting idempotency.install_schema (created when missing) and records
+-- the version in its table idem_portable_version.  Everything runs in one
+-- DO statement, so it installs completely or not at all.  For example:
+--   PGOPTIONS='-c idempotency.install_schema=idem' psql -v ON_ERROR_STOP=1 -f THIS_FILE
+-- or, from a migration tool, two statements in one session:
+--   SET idempotency.install_schema = 'idem';  and this file's text.
+DO \$_idem_install_\$
+DECLARE
+    target pg_catalog.text := pg_catalog.current_setting('idempotency.install_schema', true);
+BEGIN
+    IF target IS NULL OR target OPERATOR(pg_catalog.=) '' THEN
+        RAISE EXCEPTION 'idempotency: no schema named to install into'
+            USING ERRCODE = '22023',
+                  HINT = 'Set idempotency.install_schema first, e.g. SET idempotency.install_schema = ''idem''; or PGOPTIONS=''-c idempotency.install_schema=idem'' for psql.';
+    END IF;
+    IF pg_catalog.to_regclass(pg_catalog.format('%I.idem_records', target)) IS NOT NULL THEN
+        RAISE EXCEPTION 'idempotency: schema "%" has the idempotency objects already', target
+            USING ERRCODE = '42710',
+                  HINT = 'Read its version in idem_portable_version and run the upgrade scripts from there.';
+    END IF;
+    IF pg_catalog.to_regnamespace(pg_catalog.quote_ident(target)) IS NULL THEN
+        EXECUTE pg_catalog.format('CREATE SCHEMA %I', target);
+    END IF;
+    EXECUTE pg_catalog.replace(
+EOT
+print "        ", $script_q, ",\n";
+print <<"EOT";
+        '\@extschema\@', pg_catalog.quote_ident(target));
+    EXECUTE pg_catalog.format(
+        'CREATE TABLE %I.idem_portable_version ('
+        ' version pg_catalog.text NOT NULL, edition pg_catalog.text NOT NULL,'
+        ' installed_at pg_catalog.timestamptz NOT NULL DEFAULT pg_catalog.now())', target);
+    EXECUTE pg_catalog.format(
+        'COMMENT ON TABLE %I.idem_portable_version IS %L', target,
+        'Version of the idempotency objects installed by the plain script (portable edition); one row');
+    EXECUTE pg_catalog.format(
+        'INSERT INTO %I.idem_portable_version (version, edition) VALUES (%L, %L)',
+        target, '$version', 'portable');
+END
+\$_idem_install_\$;
+EOT

@@ -1,0 +1,629 @@
+-- Portable bodies (docs/managed.md) of the leases of
+-- sql/idempotency_lease.sql, whose C is src/lease.c (and src/claim.c's
+-- decision, which idem_begin shares with idem_claim).  Rules of the
+-- bodies: see records.sql.  A token-checked UPDATE names the token in its
+-- WHERE clause, so a worker whose lease was taken over changes nothing and
+-- gets ID003; a takeover re-checks its condition on the newest row
+-- version, so of two racing workers exactly one acquires.
+
+-- idem_begin: idem_claim's decision with its own statements (src/claim.c
+-- idem_claim_spi, src/lease.c begin_plan).
+-- portable: idem_begin
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    now_ pg_catalog.timestamptz;
+    locked pg_catalog.timestamptz;
+    expires pg_catalog.timestamptz;
+    setting pg_catalog.text;
+    span pg_catalog.interval;
+    fp pg_catalog.bytea;
+    rounds pg_catalog.int4 := 0;
+    invisible pg_catalog.int4 := 0;
+    rec_status pg_catalog.text;
+    rec_fp pg_catalog.bytea;
+    rec_created pg_catalog.timestamptz;
+    rec_expires pg_catalog.timestamptz;
+    rec_locked pg_catalog.timestamptz;
+    rec_result pg_catalog.jsonb;
+BEGIN
+    IF scope IS NULL THEN
+        RAISE EXCEPTION 'idem_begin: scope must not be null'
+            USING ERRCODE = '22004', HINT = 'Use the empty string for the default scope.';
+    END IF;
+    IF pg_catalog.octet_length(scope) OPERATOR(pg_catalog.>) 128 THEN
+        RAISE EXCEPTION 'idem_begin: scope is too long'
+            USING ERRCODE = '22001',
+                  DETAIL = pg_catalog.format('The scope is %s bytes; the limit is 128 bytes.', pg_catalog.octet_length(scope));
+    END IF;
+    IF key IS NULL THEN
+        RAISE EXCEPTION 'idem_begin: key must not be null' USING ERRCODE = '22004';
+    END IF;
+    IF pg_catalog.octet_length(key) OPERATOR(pg_catalog.=) 0 THEN
+        RAISE EXCEPTION 'idem_begin: key must not be empty' USING ERRCODE = '22023';
+    END IF;
+    IF pg_catalog.octet_length(key) OPERATOR(pg_catalog.>) 1024 THEN
+        RAISE EXCEPTION 'idem_begin: key is too long'
+            USING ERRCODE = '22001',
+                  DETAIL = pg_catalog.format('The key is %s bytes; the limit is 1024 bytes.', pg_catalog.octet_length(key)),
+                  HINT = 'Hash long natural keys, for example with sha256(), and use the digest as the key.';
+    END IF;
+    IF lease IS NULL THEN
+        RAISE EXCEPTION 'idem_begin: lease must not be null' USING ERRCODE = '22004';
+    END IF;
+    IF pg_catalog.current_setting('transaction_read_only') OPERATOR(pg_catalog.=) 'on' THEN
+        RAISE EXCEPTION 'cannot execute idem_begin() in a read-only transaction' USING ERRCODE = '25006';
+    END IF;
+
+    now_ := pg_catalog.clock_timestamp();
+    IF pg_catalog.abs(pg_catalog.date_part('year', lease)) OPERATOR(pg_catalog.<) 1000
+       AND pg_catalog.abs(pg_catalog.date_part('day', lease)) OPERATOR(pg_catalog.<) 300000
+       AND pg_catalog.abs(pg_catalog.date_part('hour', lease)) OPERATOR(pg_catalog.<) 7000000 THEN
+        locked := now_ OPERATOR(pg_catalog.+) lease;
+    ELSE
+        BEGIN
+            locked := now_ OPERATOR(pg_catalog.+) lease;
+        EXCEPTION WHEN datetime_field_overflow THEN
+            RAISE EXCEPTION 'idem_begin: lease is out of range'
+                USING ERRCODE = '22023',
+                      DETAIL = pg_catalog.format('The lease given was %s; the resulting time is outside the range of timestamptz.', lease);
+        END;
+    END IF;
+    IF locked OPERATOR(pg_catalog.<=) now_ THEN
+        RAISE EXCEPTION 'idem_begin: lease must be positive'
+            USING ERRCODE = '22023', DETAIL = pg_catalog.format('The lease given was %s.', lease);
+    END IF;
+
+    -- The expiry (src/idempotency.c, idem_expiry and idem_add_interval).
+    span := ttl;
+    IF span IS NULL THEN
+        setting := pg_catalog.current_setting('idempotency.default_ttl', true);
+        IF setting IS NULL OR setting OPERATOR(pg_catalog.=) '' THEN
+            -- The default: 7 days cannot leave the range of timestamptz.
+            span := '7 days';
+            expires := now_ OPERATOR(pg_catalog.+) span;
+        ELSIF pg_catalog.lower(setting) OPERATOR(pg_catalog.=) 'infinity' THEN
+            expires := 'infinity';
+        ELSE
+            -- A placeholder setting is checked when used, not when set
+            -- (a subtransaction only when idempotency.default_ttl is set).
+            BEGIN
+                span := setting::pg_catalog.interval;
+            EXCEPTION WHEN invalid_datetime_format OR datetime_field_overflow
+                           OR interval_field_overflow THEN
+                RAISE EXCEPTION 'invalid value for parameter "idempotency.default_ttl": "%"', setting
+                    USING ERRCODE = '22023',
+                          DETAIL = pg_catalog.format('"%s" is not a valid interval.', setting),
+                          HINT = 'Use an interval such as ''7 days'', or ''infinity''.';
+            END;
+            IF span OPERATOR(pg_catalog.<=) '0'::pg_catalog.interval THEN
+                RAISE EXCEPTION 'invalid value for parameter "idempotency.default_ttl": "%"', setting
+                    USING ERRCODE = '22023', DETAIL = 'The default TTL must be positive.';
+            END IF;
+        END IF;
+    END IF;
+    IF expires IS NULL THEN
+        IF pg_catalog.abs(pg_catalog.date_part('year', span)) OPERATOR(pg_catalog.<) 1000
+           AND pg_catalog.abs(pg_catalog.date_part('day', span)) OPERATOR(pg_catalog.<) 300000
+           AND pg_catalog.abs(pg_catalog.date_part('hour', span)) OPERATOR(pg_catalog.<) 7000000 THEN
+            expires := now_ OPERATOR(pg_catalog.+) span;
+        ELSE
+            BEGIN
+                expires := now_ OPERATOR(pg_catalog.+) span;
+            EXCEPTION WHEN datetime_field_overflow THEN
+                IF pg_catalog.date_part('year', span) OPERATOR(pg_catalog.>=) 0
+                   AND pg_catalog.date_part('month', span) OPERATOR(pg_catalog.>=) 0
+                   AND pg_catalog.date_part('day', span) OPERATOR(pg_catalog.>=) 0
+                   AND pg_catalog.date_part('hour', span) OPERATOR(pg_catalog.>=) 0
+                   AND pg_catalog.date_part('minute', span) OPERATOR(pg_catalog.>=) 0
+                   AND pg_catalog.date_part('second', span) OPERATOR(pg_catalog.>=) 0 THEN
+                    RAISE EXCEPTION 'idem_begin: ttl is out of range'
+                        USING ERRCODE = '22023',
+                              DETAIL = pg_catalog.format('The ttl given was %s; the resulting time is outside the range of timestamptz.', span),
+                              HINT = 'To keep keys forever, set idempotency.default_ttl to ''infinity'' and pass no ttl.';
+                END IF;
+                RAISE EXCEPTION 'idem_begin: ttl is out of range'
+                    USING ERRCODE = '22023',
+                          DETAIL = pg_catalog.format('The ttl given was %s; the resulting time is outside the range of timestamptz.', span);
+            END;
+        END IF;
+        IF expires OPERATOR(pg_catalog.<=) now_ THEN
+            RAISE EXCEPTION 'idem_begin: ttl must be positive'
+                USING ERRCODE = '22023', DETAIL = pg_catalog.format('The ttl given was %s.', span);
+        END IF;
+    END IF;
+
+    IF fingerprint IS NOT NULL THEN
+        fp := pg_catalog.sha256(pg_catalog.convert_to(fingerprint, pg_catalog.getdatabaseencoding()));
+    END IF;
+
+    LOOP
+        rounds := rounds OPERATOR(pg_catalog.+) 1;
+        IF rounds OPERATOR(pg_catalog.>) 16 THEN
+            IF pg_catalog.row_security_active('@extschema@.idem_records'::pg_catalog.regclass) THEN
+                RAISE EXCEPTION 'idem_begin: row-level security does not let the current role take over the record for this key'
+                    USING ERRCODE = '42501',
+                          DETAIL = pg_catalog.format('Key "%s" in scope "%s" has an expired, retryable or abandoned record that the role may read but not update.', key, scope),
+                          HINT = 'Check the UPDATE policies on idem_records for this role and scope.';
+            END IF;
+            RAISE EXCEPTION 'idem_begin: could not take over the record for this key'
+                USING ERRCODE = '40001',
+                      DETAIL = pg_catalog.format('Key "%s" in scope "%s" was found claimable 16 times, but updating it changed no row.', key, scope),
+                      HINT = 'Retry the transaction; if this persists, look for a trigger on idem_records that skips updates.';
+        END IF;
+
+        INSERT INTO @extschema@.idem_records AS r
+            (scope, key, status, fingerprint, created_at, updated_at, expires_at,
+             locked_until, token, attempts, lease)
+        VALUES (idem_begin.scope, idem_begin.key, 'in_progress', fp, now_, now_, expires, locked,
+                pg_catalog.nextval('@extschema@.idem_token_seq'::pg_catalog.regclass), 1, idem_begin.lease)
+        ON CONFLICT ON CONSTRAINT idem_records_pkey DO NOTHING
+        RETURNING r.token INTO idem_begin.token;
+        IF FOUND THEN
+            outcome := 'acquired';
+            RETURN;
+        END IF;
+
+        SELECT r.status, r.fingerprint, r.created_at, r.expires_at, r.locked_until, r.result
+          INTO rec_status, rec_fp, rec_created, rec_expires, rec_locked, rec_result
+          FROM @extschema@.idem_records AS r
+         WHERE r.scope OPERATOR(pg_catalog.=) (idem_begin.scope COLLATE pg_catalog."C")
+           AND r.key OPERATOR(pg_catalog.=) (idem_begin.key COLLATE pg_catalog."C");
+        IF NOT FOUND THEN
+            invisible := invisible OPERATOR(pg_catalog.+) 1;
+            IF invisible OPERATOR(pg_catalog.>) 10 THEN
+                RAISE EXCEPTION 'idem_begin: a record for this key exists but is not visible to the current role'
+                    USING ERRCODE = '42501',
+                          DETAIL = pg_catalog.format('Key "%s" in scope "%s" is held by a row that row-level security hides.', key, scope),
+                          HINT = 'Check the row-level security policies on idem_records.';
+            END IF;
+            CONTINUE;
+        END IF;
+
+        IF rec_expires OPERATOR(pg_catalog.>) now_ THEN
+            IF fp IS NOT NULL AND rec_fp IS NOT NULL AND fp OPERATOR(pg_catalog.<>) rec_fp THEN
+                RAISE EXCEPTION 'idem_begin: idempotency key reused with a different request'
+                    USING ERRCODE = 'ID001',
+                          DETAIL = pg_catalog.format('Key "%s" in scope "%s" was first claimed at %s with a different fingerprint.', key, scope, rec_created),
+                          HINT = 'Use a new key for a different request, or send the same request again.';
+            END IF;
+            IF rec_status OPERATOR(pg_catalog.<>) 'retryable'
+               AND NOT (rec_status OPERATOR(pg_catalog.=) 'in_progress'
+                        AND rec_locked IS NOT NULL AND rec_locked OPERATOR(pg_catalog.<=) now_) THEN
+                setting := pg_catalog.current_setting('idempotency.log_duplicates', true);
+                IF setting IS NOT NULL AND setting OPERATOR(pg_catalog.<>) '' AND setting::pg_catalog.bool THEN
+                    RAISE LOG 'idempotency: duplicate begin of key "%" in scope "%", first claimed at %, status %',
+                        key, scope, rec_created, rec_status;
+                END IF;
+                IF rec_status OPERATOR(pg_catalog.=) 'in_progress' THEN
+                    outcome := 'in_progress';
+                ELSE
+                    -- failed, or completed (or claimed by idem_claim): replay the result
+                    outcome := CASE WHEN rec_status OPERATOR(pg_catalog.=) 'failed'
+                                    THEN 'failed' ELSE 'completed' END;
+                    result := rec_result;
+                END IF;
+                RETURN;
+            END IF;
+        END IF;
+
+        -- Expired, retryable or abandoned: take it over.
+        UPDATE @extschema@.idem_records AS r
+           SET status = 'in_progress', locked_until = locked, lease = idem_begin.lease,
+               token = pg_catalog.nextval('@extschema@.idem_token_seq'::pg_catalog.regclass),
+               updated_at = now_, result = NULL,
+               attempts = CASE WHEN r.expires_at OPERATOR(pg_catalog.<=) now_ THEN 1
+                          ELSE r.attempts OPERATOR(pg_catalog.+) 1 END,
+               created_at = CASE WHEN r.expires_at OPERATOR(pg_catalog.<=) now_ THEN now_
+                            ELSE r.created_at END,
+               expires_at = CASE WHEN r.expires_at OPERATOR(pg_catalog.<=) now_ THEN expires
+                            ELSE r.expires_at END,
+               fingerprint = CASE WHEN r.expires_at OPERATOR(pg_catalog.<=) now_ THEN fp
+                             ELSE COALESCE(r.fingerprint, fp) END
+         WHERE r.scope OPERATOR(pg_catalog.=) (idem_begin.scope COLLATE pg_catalog."C")
+           AND r.key OPERATOR(pg_catalog.=) (idem_begin.key COLLATE pg_catalog."C")
+           AND (r.expires_at OPERATOR(pg_catalog.<=) now_
+                OR r.status OPERATOR(pg_catalog.=) 'retryable'
+                OR (r.status OPERATOR(pg_catalog.=) 'in_progress'
+                    AND r.locked_until OPERATOR(pg_catalog.<=) now_))
+        RETURNING r.token INTO idem_begin.token;
+        IF FOUND THEN
+            outcome := 'acquired';
+            RETURN;
+        END IF;
+    END LOOP;
+END
+$$;
+
+-- idem_heartbeat (src/lease.c).
+-- portable: idem_heartbeat
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    now_ pg_catalog.timestamptz;
+    probe pg_catalog.timestamptz;
+    new_until pg_catalog.timestamptz;
+    rec_status pg_catalog.text;
+    rec_token pg_catalog.int8;
+    rec_live pg_catalog.bool;
+    rec_no_lease pg_catalog.bool;
+    why pg_catalog.text;
+BEGIN
+    IF scope IS NULL THEN
+        RAISE EXCEPTION 'idem_heartbeat: scope must not be null'
+            USING ERRCODE = '22004', HINT = 'Use the empty string for the default scope.';
+    END IF;
+    IF pg_catalog.octet_length(scope) OPERATOR(pg_catalog.>) 128 THEN
+        RAISE EXCEPTION 'idem_heartbeat: scope is too long'
+            USING ERRCODE = '22001',
+                  DETAIL = pg_catalog.format('The scope is %s bytes; the limit is 128 bytes.', pg_catalog.octet_length(scope));
+    END IF;
+    IF key IS NULL THEN
+        RAISE EXCEPTION 'idem_heartbeat: key must not be null' USING ERRCODE = '22004';
+    END IF;
+    IF pg_catalog.octet_length(key) OPERATOR(pg_catalog.=) 0 THEN
+        RAISE EXCEPTION 'idem_heartbeat: key must not be empty' USING ERRCODE = '22023';
+    END IF;
+    IF pg_catalog.octet_length(key) OPERATOR(pg_catalog.>) 1024 THEN
+        RAISE EXCEPTION 'idem_heartbeat: key is too long'
+            USING ERRCODE = '22001',
+                  DETAIL = pg_catalog.format('The key is %s bytes; the limit is 1024 bytes.', pg_catalog.octet_length(key)),
+                  HINT = 'Hash long natural keys, for example with sha256(), and use the digest as the key.';
+    END IF;
+    IF token IS NULL THEN
+        RAISE EXCEPTION 'idem_heartbeat: token must not be null'
+            USING ERRCODE = '22004', HINT = 'Pass the token idem_begin returned with outcome ''acquired''.';
+    END IF;
+    IF pg_catalog.current_setting('transaction_read_only') OPERATOR(pg_catalog.=) 'on' THEN
+        RAISE EXCEPTION 'cannot execute idem_heartbeat() in a read-only transaction' USING ERRCODE = '25006';
+    END IF;
+    now_ := pg_catalog.clock_timestamp();
+    IF lease IS NOT NULL THEN
+        IF pg_catalog.abs(pg_catalog.date_part('year', lease)) OPERATOR(pg_catalog.<) 1000
+           AND pg_catalog.abs(pg_catalog.date_part('day', lease)) OPERATOR(pg_catalog.<) 300000
+           AND pg_catalog.abs(pg_catalog.date_part('hour', lease)) OPERATOR(pg_catalog.<) 7000000 THEN
+            probe := now_ OPERATOR(pg_catalog.+) lease;
+        ELSE
+            BEGIN
+                probe := now_ OPERATOR(pg_catalog.+) lease;
+            EXCEPTION WHEN datetime_field_overflow THEN
+                RAISE EXCEPTION 'idem_heartbeat: lease is out of range'
+                    USING ERRCODE = '22023',
+                          DETAIL = pg_catalog.format('The lease given was %s; the resulting time is outside the range of timestamptz.', lease);
+            END;
+        END IF;
+        IF probe OPERATOR(pg_catalog.<=) now_ THEN
+            RAISE EXCEPTION 'idem_heartbeat: lease must be positive'
+                USING ERRCODE = '22023', DETAIL = pg_catalog.format('The lease given was %s.', lease);
+        END IF;
+    END IF;
+
+    UPDATE @extschema@.idem_records AS r
+       SET locked_until = now_ OPERATOR(pg_catalog.+) COALESCE(idem_heartbeat.lease, r.lease),
+           lease = COALESCE(idem_heartbeat.lease, r.lease), updated_at = now_
+     WHERE r.scope OPERATOR(pg_catalog.=) (idem_heartbeat.scope COLLATE pg_catalog."C")
+       AND r.key OPERATOR(pg_catalog.=) (idem_heartbeat.key COLLATE pg_catalog."C")
+       AND r.status OPERATOR(pg_catalog.=) 'in_progress'
+       AND r.token OPERATOR(pg_catalog.=) idem_heartbeat.token
+       AND r.expires_at OPERATOR(pg_catalog.>) now_
+       AND COALESCE(idem_heartbeat.lease, r.lease) IS NOT NULL
+    RETURNING r.locked_until INTO new_until;
+    IF FOUND THEN
+        RETURN new_until;
+    END IF;
+    -- Why the UPDATE matched nothing (src/lease.c, lease_lost).
+    SELECT r.status, r.token, r.expires_at OPERATOR(pg_catalog.>) now_, r.lease IS NULL
+      INTO rec_status, rec_token, rec_live, rec_no_lease
+      FROM @extschema@.idem_records AS r
+     WHERE r.scope OPERATOR(pg_catalog.=) (idem_heartbeat.scope COLLATE pg_catalog."C")
+       AND r.key OPERATOR(pg_catalog.=) (idem_heartbeat.key COLLATE pg_catalog."C");
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'idem_heartbeat: key was never begun'
+            USING ERRCODE = 'ID002',
+                  DETAIL = pg_catalog.format('Key "%s" in scope "%s" has no record.', key, scope),
+                  HINT = 'Call idem_begin first and pass the token it returns; a record purged after its expiry is gone too.';
+    END IF;
+    IF NOT rec_live THEN
+        why := pg_catalog.format('Key "%s" in scope "%s" has no live record.', key, scope);
+    ELSIF rec_status OPERATOR(pg_catalog.=) 'in_progress' AND rec_token IS NOT NULL
+          AND rec_token OPERATOR(pg_catalog.=) idem_heartbeat.token AND NOT (idem_heartbeat.lease IS NOT NULL) AND rec_no_lease THEN
+        RAISE EXCEPTION 'idem_heartbeat: the record has no lease length, so one must be given'
+            USING ERRCODE = '22004',
+                  DETAIL = pg_catalog.format('Key "%s" in scope "%s" has a NULL lease column.', key, scope),
+                  HINT = 'Pass the lease, as in idem_heartbeat(scope, key, token, ''5 minutes'').';
+    ELSIF rec_status OPERATOR(pg_catalog.=) 'in_progress' AND rec_token IS NOT NULL THEN
+        why := pg_catalog.format('Key "%s" in scope "%s" is now leased with token %s, not %s.', key, scope, rec_token, idem_heartbeat.token);
+    ELSE
+        why := pg_catalog.format('Key "%s" in scope "%s" is no longer in progress: its status is "%s".', key, scope, rec_status);
+    END IF;
+    RAISE EXCEPTION 'idem_heartbeat: lease lost'
+        USING ERRCODE = 'ID003', DETAIL = why,
+              HINT = 'Another worker took the key over after the lease ran out, or the work was already finished; do not apply this worker''s result.';
+END
+$$;
+
+-- idem_finish (src/lease.c).
+-- portable: idem_finish
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    now_ pg_catalog.timestamptz;
+    rec_status pg_catalog.text;
+    rec_token pg_catalog.int8;
+    rec_live pg_catalog.bool;
+    rec_no_lease pg_catalog.bool;
+    why pg_catalog.text;
+BEGIN
+    IF scope IS NULL THEN
+        RAISE EXCEPTION 'idem_finish: scope must not be null'
+            USING ERRCODE = '22004', HINT = 'Use the empty string for the default scope.';
+    END IF;
+    IF pg_catalog.octet_length(scope) OPERATOR(pg_catalog.>) 128 THEN
+        RAISE EXCEPTION 'idem_finish: scope is too long'
+            USING ERRCODE = '22001',
+                  DETAIL = pg_catalog.format('The scope is %s bytes; the limit is 128 bytes.', pg_catalog.octet_length(scope));
+    END IF;
+    IF key IS NULL THEN
+        RAISE EXCEPTION 'idem_finish: key must not be null' USING ERRCODE = '22004';
+    END IF;
+    IF pg_catalog.octet_length(key) OPERATOR(pg_catalog.=) 0 THEN
+        RAISE EXCEPTION 'idem_finish: key must not be empty' USING ERRCODE = '22023';
+    END IF;
+    IF pg_catalog.octet_length(key) OPERATOR(pg_catalog.>) 1024 THEN
+        RAISE EXCEPTION 'idem_finish: key is too long'
+            USING ERRCODE = '22001',
+                  DETAIL = pg_catalog.format('The key is %s bytes; the limit is 1024 bytes.', pg_catalog.octet_length(key)),
+                  HINT = 'Hash long natural keys, for example with sha256(), and use the digest as the key.';
+    END IF;
+    IF token IS NULL THEN
+        RAISE EXCEPTION 'idem_finish: token must not be null'
+            USING ERRCODE = '22004', HINT = 'Pass the token idem_begin returned with outcome ''acquired''.';
+    END IF;
+    IF pg_catalog.current_setting('transaction_read_only') OPERATOR(pg_catalog.=) 'on' THEN
+        RAISE EXCEPTION 'cannot execute idem_finish() in a read-only transaction' USING ERRCODE = '25006';
+    END IF;
+    now_ := pg_catalog.clock_timestamp();
+
+    UPDATE @extschema@.idem_records AS r
+       SET status = 'completed', result = idem_finish.result, locked_until = NULL, updated_at = now_
+     WHERE r.scope OPERATOR(pg_catalog.=) (idem_finish.scope COLLATE pg_catalog."C")
+       AND r.key OPERATOR(pg_catalog.=) (idem_finish.key COLLATE pg_catalog."C")
+       AND r.status OPERATOR(pg_catalog.=) 'in_progress'
+       AND r.token OPERATOR(pg_catalog.=) idem_finish.token
+       AND r.expires_at OPERATOR(pg_catalog.>) now_;
+    IF FOUND THEN
+        RETURN;
+    END IF;
+    -- Why the UPDATE matched nothing (src/lease.c, lease_lost).
+    SELECT r.status, r.token, r.expires_at OPERATOR(pg_catalog.>) now_, r.lease IS NULL
+      INTO rec_status, rec_token, rec_live, rec_no_lease
+      FROM @extschema@.idem_records AS r
+     WHERE r.scope OPERATOR(pg_catalog.=) (idem_finish.scope COLLATE pg_catalog."C")
+       AND r.key OPERATOR(pg_catalog.=) (idem_finish.key COLLATE pg_catalog."C");
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'idem_finish: key was never begun'
+            USING ERRCODE = 'ID002',
+                  DETAIL = pg_catalog.format('Key "%s" in scope "%s" has no record.', key, scope),
+                  HINT = 'Call idem_begin first and pass the token it returns; a record purged after its expiry is gone too.';
+    END IF;
+    IF NOT rec_live THEN
+        why := pg_catalog.format('Key "%s" in scope "%s" has no live record.', key, scope);
+    ELSIF rec_status OPERATOR(pg_catalog.=) 'in_progress' AND rec_token IS NOT NULL
+          AND rec_token OPERATOR(pg_catalog.=) idem_finish.token AND NOT (true) AND rec_no_lease THEN
+        RAISE EXCEPTION 'idem_finish: the record has no lease length, so one must be given'
+            USING ERRCODE = '22004',
+                  DETAIL = pg_catalog.format('Key "%s" in scope "%s" has a NULL lease column.', key, scope),
+                  HINT = 'Pass the lease, as in idem_heartbeat(scope, key, token, ''5 minutes'').';
+    ELSIF rec_status OPERATOR(pg_catalog.=) 'in_progress' AND rec_token IS NOT NULL THEN
+        why := pg_catalog.format('Key "%s" in scope "%s" is now leased with token %s, not %s.', key, scope, rec_token, idem_finish.token);
+    ELSE
+        why := pg_catalog.format('Key "%s" in scope "%s" is no longer in progress: its status is "%s".', key, scope, rec_status);
+    END IF;
+    RAISE EXCEPTION 'idem_finish: lease lost'
+        USING ERRCODE = 'ID003', DETAIL = why,
+              HINT = 'Another worker took the key over after the lease ran out, or the work was already finished; do not apply this worker''s result.';
+END
+$$;
+
+-- idem_fail (src/lease.c): idempotency.max_attempts is read as the C
+-- reads its setting (0, the default, means unlimited).
+-- portable: idem_fail
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    now_ pg_catalog.timestamptz;
+    setting pg_catalog.text;
+    max_attempts pg_catalog.int4 := 0;
+    rec_status pg_catalog.text;
+    rec_token pg_catalog.int8;
+    rec_live pg_catalog.bool;
+    rec_no_lease pg_catalog.bool;
+    why pg_catalog.text;
+BEGIN
+    IF scope IS NULL THEN
+        RAISE EXCEPTION 'idem_fail: scope must not be null'
+            USING ERRCODE = '22004', HINT = 'Use the empty string for the default scope.';
+    END IF;
+    IF pg_catalog.octet_length(scope) OPERATOR(pg_catalog.>) 128 THEN
+        RAISE EXCEPTION 'idem_fail: scope is too long'
+            USING ERRCODE = '22001',
+                  DETAIL = pg_catalog.format('The scope is %s bytes; the limit is 128 bytes.', pg_catalog.octet_length(scope));
+    END IF;
+    IF key IS NULL THEN
+        RAISE EXCEPTION 'idem_fail: key must not be null' USING ERRCODE = '22004';
+    END IF;
+    IF pg_catalog.octet_length(key) OPERATOR(pg_catalog.=) 0 THEN
+        RAISE EXCEPTION 'idem_fail: key must not be empty' USING ERRCODE = '22023';
+    END IF;
+    IF pg_catalog.octet_length(key) OPERATOR(pg_catalog.>) 1024 THEN
+        RAISE EXCEPTION 'idem_fail: key is too long'
+            USING ERRCODE = '22001',
+                  DETAIL = pg_catalog.format('The key is %s bytes; the limit is 1024 bytes.', pg_catalog.octet_length(key)),
+                  HINT = 'Hash long natural keys, for example with sha256(), and use the digest as the key.';
+    END IF;
+    IF token IS NULL THEN
+        RAISE EXCEPTION 'idem_fail: token must not be null'
+            USING ERRCODE = '22004', HINT = 'Pass the token idem_begin returned with outcome ''acquired''.';
+    END IF;
+    IF retryable IS NULL THEN
+        RAISE EXCEPTION 'idem_fail: retryable must not be null' USING ERRCODE = '22004';
+    END IF;
+    IF pg_catalog.current_setting('transaction_read_only') OPERATOR(pg_catalog.=) 'on' THEN
+        RAISE EXCEPTION 'cannot execute idem_fail() in a read-only transaction' USING ERRCODE = '25006';
+    END IF;
+    now_ := pg_catalog.clock_timestamp();
+    setting := pg_catalog.current_setting('idempotency.max_attempts', true);
+    IF setting IS NOT NULL AND setting OPERATOR(pg_catalog.<>) '' THEN
+        IF setting OPERATOR(pg_catalog.!~) '^\s*[0-9]{1,10}\s*$'
+           OR setting::pg_catalog.int8 OPERATOR(pg_catalog.>) 2147483647 THEN
+            RAISE EXCEPTION 'invalid value for parameter "idempotency.max_attempts": "%"', setting
+                USING ERRCODE = '22023', HINT = 'Value must be an integer from 0 to 2147483647.';
+        END IF;
+        max_attempts := setting::pg_catalog.int4;
+    END IF;
+
+    UPDATE @extschema@.idem_records AS r
+       SET status = CASE WHEN idem_fail.retryable AND (max_attempts OPERATOR(pg_catalog.=) 0
+                              OR r.attempts OPERATOR(pg_catalog.<) max_attempts)
+                    THEN 'retryable' ELSE 'failed' END,
+           result = idem_fail.error, locked_until = NULL, updated_at = now_
+     WHERE r.scope OPERATOR(pg_catalog.=) (idem_fail.scope COLLATE pg_catalog."C")
+       AND r.key OPERATOR(pg_catalog.=) (idem_fail.key COLLATE pg_catalog."C")
+       AND r.status OPERATOR(pg_catalog.=) 'in_progress'
+       AND r.token OPERATOR(pg_catalog.=) idem_fail.token
+       AND r.expires_at OPERATOR(pg_catalog.>) now_;
+    IF FOUND THEN
+        RETURN;
+    END IF;
+    -- Why the UPDATE matched nothing (src/lease.c, lease_lost).
+    SELECT r.status, r.token, r.expires_at OPERATOR(pg_catalog.>) now_, r.lease IS NULL
+      INTO rec_status, rec_token, rec_live, rec_no_lease
+      FROM @extschema@.idem_records AS r
+     WHERE r.scope OPERATOR(pg_catalog.=) (idem_fail.scope COLLATE pg_catalog."C")
+       AND r.key OPERATOR(pg_catalog.=) (idem_fail.key COLLATE pg_catalog."C");
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'idem_fail: key was never begun'
+            USING ERRCODE = 'ID002',
+                  DETAIL = pg_catalog.format('Key "%s" in scope "%s" has no record.', key, scope),
+                  HINT = 'Call idem_begin first and pass the token it returns; a record purged after its expiry is gone too.';
+    END IF;
+    IF NOT rec_live THEN
+        why := pg_catalog.format('Key "%s" in scope "%s" has no live record.', key, scope);
+    ELSIF rec_status OPERATOR(pg_catalog.=) 'in_progress' AND rec_token IS NOT NULL
+          AND rec_token OPERATOR(pg_catalog.=) idem_fail.token AND NOT (true) AND rec_no_lease THEN
+        RAISE EXCEPTION 'idem_fail: the record has no lease length, so one must be given'
+            USING ERRCODE = '22004',
+                  DETAIL = pg_catalog.format('Key "%s" in scope "%s" has a NULL lease column.', key, scope),
+                  HINT = 'Pass the lease, as in idem_heartbeat(scope, key, token, ''5 minutes'').';
+    ELSIF rec_status OPERATOR(pg_catalog.=) 'in_progress' AND rec_token IS NOT NULL THEN
+        why := pg_catalog.format('Key "%s" in scope "%s" is now leased with token %s, not %s.', key, scope, rec_token, idem_fail.token);
+    ELSE
+        why := pg_catalog.format('Key "%s" in scope "%s" is no longer in progress: its status is "%s".', key, scope, rec_status);
+    END IF;
+    RAISE EXCEPTION 'idem_fail: lease lost'
+        USING ERRCODE = 'ID003', DETAIL = why,
+              HINT = 'Another worker took the key over after the lease ran out, or the work was already finished; do not apply this worker''s result.';
+END
+$$;
+
+-- idem_await (src/lease.c): polls with a fresh snapshot per look (READ
+-- COMMITTED; a VOLATILE function takes one per statement), sleeping 1 ms
+-- at first, doubling up to 100 ms, never past the deadline or the end of
+-- the lease; holds no lock; pg_sleep is interruptible (statement_timeout,
+-- cancel).
+-- portable: idem_await
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    start_ pg_catalog.timestamptz;
+    deadline pg_catalog.timestamptz;
+    now_ pg_catalog.timestamptz;
+    rec @extschema@.idem_record;
+    nap_ms pg_catalog.float8 := 1;
+    wait_ms pg_catalog.float8;
+BEGIN
+    IF scope IS NULL THEN
+        RAISE EXCEPTION 'idem_await: scope must not be null'
+            USING ERRCODE = '22004', HINT = 'Use the empty string for the default scope.';
+    END IF;
+    IF pg_catalog.octet_length(scope) OPERATOR(pg_catalog.>) 128 THEN
+        RAISE EXCEPTION 'idem_await: scope is too long'
+            USING ERRCODE = '22001',
+                  DETAIL = pg_catalog.format('The scope is %s bytes; the limit is 128 bytes.', pg_catalog.octet_length(scope));
+    END IF;
+    IF key IS NULL THEN
+        RAISE EXCEPTION 'idem_await: key must not be null' USING ERRCODE = '22004';
+    END IF;
+    IF pg_catalog.octet_length(key) OPERATOR(pg_catalog.=) 0 THEN
+        RAISE EXCEPTION 'idem_await: key must not be empty' USING ERRCODE = '22023';
+    END IF;
+    IF pg_catalog.octet_length(key) OPERATOR(pg_catalog.>) 1024 THEN
+        RAISE EXCEPTION 'idem_await: key is too long'
+            USING ERRCODE = '22001',
+                  DETAIL = pg_catalog.format('The key is %s bytes; the limit is 1024 bytes.', pg_catalog.octet_length(key)),
+                  HINT = 'Hash long natural keys, for example with sha256(), and use the digest as the key.';
+    END IF;
+    IF timeout IS NULL THEN
+        RAISE EXCEPTION 'idem_await: timeout must not be null' USING ERRCODE = '22004';
+    END IF;
+    IF pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.<>) 'read committed'
+       AND pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.<>) 'read uncommitted' THEN
+        RAISE EXCEPTION 'idem_await: cannot wait in a REPEATABLE READ or SERIALIZABLE transaction'
+            USING ERRCODE = '25000',
+                  DETAIL = 'The transaction snapshot would never show the record change.',
+                  HINT = 'Call idem_await in autocommit or in a READ COMMITTED transaction.';
+    END IF;
+    start_ := pg_catalog.clock_timestamp();
+    IF pg_catalog.date_part('year', timeout) OPERATOR(pg_catalog.=) 0
+       AND pg_catalog.date_part('month', timeout) OPERATOR(pg_catalog.=) 0
+       AND pg_catalog.date_part('day', timeout) OPERATOR(pg_catalog.=) 0
+       AND pg_catalog.date_part('hour', timeout) OPERATOR(pg_catalog.=) 0
+       AND pg_catalog.date_part('minute', timeout) OPERATOR(pg_catalog.=) 0
+       AND pg_catalog.date_part('second', timeout) OPERATOR(pg_catalog.=) 0 THEN
+        deadline := start_;
+    ELSE
+        IF pg_catalog.abs(pg_catalog.date_part('year', timeout)) OPERATOR(pg_catalog.<) 1000
+           AND pg_catalog.abs(pg_catalog.date_part('day', timeout)) OPERATOR(pg_catalog.<) 300000
+           AND pg_catalog.abs(pg_catalog.date_part('hour', timeout)) OPERATOR(pg_catalog.<) 7000000 THEN
+            deadline := start_ OPERATOR(pg_catalog.+) timeout;
+        ELSE
+            BEGIN
+                deadline := start_ OPERATOR(pg_catalog.+) timeout;
+            EXCEPTION WHEN datetime_field_overflow THEN
+                RAISE EXCEPTION 'idem_await: timeout is out of range'
+                    USING ERRCODE = '22023',
+                          DETAIL = pg_catalog.format('The timeout given was %s; the resulting time is outside the range of timestamptz.', timeout);
+            END;
+        END IF;
+        IF deadline OPERATOR(pg_catalog.<=) start_ THEN
+            RAISE EXCEPTION 'idem_await: timeout must be positive'
+                USING ERRCODE = '22023', DETAIL = pg_catalog.format('The timeout given was %s.', timeout);
+        END IF;
+    END IF;
+
+    LOOP
+        now_ := pg_catalog.clock_timestamp();
+        SELECT r.scope, r.key, r.status, r.fingerprint, r.result, r.created_at, r.updated_at,
+               r.expires_at, r.locked_until, r.token, r.attempts
+          INTO rec
+          FROM @extschema@.idem_records AS r
+         WHERE r.scope OPERATOR(pg_catalog.=) (idem_await.scope COLLATE pg_catalog."C")
+           AND r.key OPERATOR(pg_catalog.=) (idem_await.key COLLATE pg_catalog."C")
+           AND r.expires_at OPERATOR(pg_catalog.>) now_;
+        IF NOT FOUND THEN
+            RETURN NULL;
+        END IF;
+        IF rec.status OPERATOR(pg_catalog.<>) 'in_progress' OR rec.locked_until IS NULL
+           OR rec.locked_until OPERATOR(pg_catalog.<=) now_ OR now_ OPERATOR(pg_catalog.>=) deadline THEN
+            RETURN rec;
+        END IF;
+        -- Sleep until the next look, never past the deadline or the lease's end.
+        wait_ms := LEAST(nap_ms,
+                         pg_catalog.floor(pg_catalog.date_part('epoch',
+                             LEAST(deadline, rec.locked_until) OPERATOR(pg_catalog.-) now_)
+                             OPERATOR(pg_catalog.*) 1000) OPERATOR(pg_catalog.+) 1);
+        nap_ms := LEAST(nap_ms OPERATOR(pg_catalog.*) 2, 100);
+        PERFORM pg_catalog.pg_sleep(wait_ms OPERATOR(pg_catalog./) 1000);
+    END LOOP;
+END
+$$;

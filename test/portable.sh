@@ -1,0 +1,256 @@
+#!/usr/bin/env bash
+# `make test-portable`: the portable edition (SQL and PL/pgSQL; docs/managed.md)
+# on PostgreSQL 15 without the C edition, through the plain script and
+# through pg_tle, and its catalog against the C edition's.  Steps:
+#   build     `make portable tle` in a copy of the checkout with no pg_config
+#             (PG_CONFIG=/nonexistent): what a fresh clone does
+#   tle       pg_tle (../shared/pg_tle, built into the 15 as root when it is
+#             missing) preloaded; a role in pgtle_admin without superuser
+#             registers build/tle/idempotency--pgtle.sql, creates the
+#             extension, grants an application role, which claims
+#   regress   every test/sql test not listed as `regress NAME` in
+#             sql/portable/exceptions.txt, against the plain script (in
+#             public) and against the pg_tle extension (created by the
+#             pgtle_admin role); expected output from expected/, overlaid by
+#             test/portable/expected/ (each file listed there with its reason)
+#   isolation every test/specs spec not listed as `isolation NAME`, the same
+#             two ways
+#   parity    test/portable/catalog.sql on the C edition (built into a
+#             private copy of the installation, as `make test` does), the
+#             pg_tle edition and the plain script: every difference must be
+#             listed in sql/portable/exceptions.txt (`catalog OBJECT`, the
+#             functions of `omit-function` lines, `catalog-attribute` lines
+#             name what is not compared), and every `catalog` line must
+#             still be needed
+# The installation is Debian's PostgreSQL 15 (PORTABLE_PG_CONFIG names
+# another); it must not have the C edition installed (pg_tle refuses to
+# register an extension whose control file exists).  Without the pg_tle
+# source (a user's clone has no ../shared) the pg_tle steps are reported
+# skipped.  Errors raised by a RAISE of the portable functions carry one
+# more CONTEXT line, which test/portable/context_filter.pl removes.
+# Ends with "N passed, N failed[, N skipped]" as test/run.sh; KEEP_WORK=1
+# keeps the work directory.
+set -u
+. "$(dirname "$0")/harness.sh"
+
+PG_CONFIG=${PORTABLE_PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
+export PG_CONFIG
+PGTLE_SRC=${PGTLE_SRC:-$IDEM_TOP/../shared/pg_tle}
+T0=$(date +%s)
+
+idem_setup
+SYS_BINDIR=$IDEM_BINDIR
+SHAREDIR=$("$IDEM_PG_CONFIG" --sharedir)
+EXCEPTIONS=$IDEM_TOP/sql/portable/exceptions.txt
+
+WORK=$(idem_workdir)
+idem_work_trap
+
+passed=0; failed=0; skipped=0
+summary=(); failures=(); skips=()
+record() { # step pass fail [skip]
+    passed=$((passed + $2)); failed=$((failed + $3)); skipped=$((skipped + ${4:-0}))
+    summary+=("$(printf '%-22s %3d passed, %3d failed, %d skipped' "$1" "$2" "$3" "${4:-0}")")
+}
+ok() { record "$1" 1 0; }
+bad() { record "$1" 0 1; failures+=("$1: $2"); echo "FAILED: $1: $2" >&2; }
+skip() { record "$1" 0 0 1; skips+=("$1: $2"); echo "skipped: $1: $2" >&2; }
+
+listed() { # kind -> the objects of that kind in exceptions.txt
+    awk -v k="$1" '$1 == k { print $2 }' "$EXCEPTIONS"
+}
+
+# --- build: a fresh clone's `make portable tle`, without pg_config ---------
+idem_log "step build"
+mkdir -p "$WORK/clone"
+(cd "$IDEM_TOP" && tar --exclude=.git --exclude=./build --exclude='*.o' --exclude='*.so' --exclude='*.bc' \
+    --exclude=./results --exclude=./tmp_check --exclude=node_modules -cf - .) | tar -C "$WORK/clone" -xf -
+if make -C "$WORK/clone" -s PG_CONFIG=/nonexistent portable tle >"$WORK/build.log" 2>&1; then
+    ok build
+else
+    cat "$WORK/build.log" >&2
+    bad build "make portable tle failed"
+    echo "$passed passed, $failed failed"
+    exit 1
+fi
+V=$(sed -n "s/^default_version *= *'\([^']*\)'.*/\1/p" "$IDEM_TOP/idempotency.control")
+PLAIN=$WORK/clone/build/portable/idempotency-portable--$V.sql
+TLE=$WORK/clone/build/tle/idempotency--pgtle.sql
+
+# Stage what the postgres OS user reads: the tests, the expected output
+# overlaid by the portable edition's own, the scripts.
+mkdir -p "$WORK/src"
+cp -a "$IDEM_TOP/test" "$IDEM_TOP/expected" "$WORK/src/"
+cp "$IDEM_TOP"/test/portable/expected/*.out "$WORK/src/expected/" 2>/dev/null || true
+cp "$PLAIN" "$TLE" "$WORK/"
+PLAIN=$WORK/$(basename "$PLAIN"); TLE=$WORK/$(basename "$TLE")
+[ "$(id -u)" -ne 0 ] || chown -R postgres: "$WORK"
+
+# --- pg_tle: installed, or built from ../shared/pg_tle as root -------------
+have_tle=0; tle_why=
+if [ -f "$SHAREDIR/extension/pg_tle.control" ]; then
+    have_tle=1
+elif [ ! -f "$PGTLE_SRC/build.sh" ]; then
+    tle_why="the pg_tle source is absent ($PGTLE_SRC, see docs/managed.md)"
+elif [ "$(id -u)" -ne 0 ]; then
+    tle_why="pg_tle is not installed in $SHAREDIR and only root builds it here (PG_CONFIG=$IDEM_PG_CONFIG $PGTLE_SRC/build.sh)"
+else
+    # gssapi/gssapi.h (libkrb5-dev) is needed by the server headers pg_tle includes.
+    idem_install_packages build-essential libkrb5-dev
+    idem_log "building pg_tle into $(dirname "$SHAREDIR")"
+    if PG_CONFIG=$IDEM_PG_CONFIG bash "$PGTLE_SRC/build.sh" >&2; then have_tle=1; else
+        bad pg_tle "building pg_tle from $PGTLE_SRC failed"; fi
+fi
+if [ "$have_tle" = 1 ] && ls "$SHAREDIR"/extension/idempotency.control >/dev/null 2>&1; then
+    bad pg_tle "the C edition is installed in $SHAREDIR/extension: pg_tle refuses to register an extension whose control file exists (remove it, or PORTABLE_PG_CONFIG=an installation without it)"
+    have_tle=0
+fi
+[ "$have_tle" = 1 ] || [ -z "$tle_why" ] || skip pg_tle "$tle_why"
+
+if [ "$have_tle" = 1 ]; then
+    idem_cluster_start "$WORK/cluster" "shared_preload_libraries = 'pg_tle'"
+else
+    idem_cluster_start "$WORK/cluster"
+fi
+
+# make_db NAME plain|tle: a database with the portable edition in schema
+# SCHEMA (default public).  tle: pg_tle created by the superuser (as a
+# managed service's admin does), everything else by idem_tle_admin.
+idem_psql -c "CREATE ROLE idem_tle_admin LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE" >/dev/null
+make_db() { # name edition [schema]
+    local db=$1 ed=$2 schema=${3:-public}
+    if [ "$ed" = plain ]; then
+        idem_psql -c "CREATE DATABASE $db" &&
+        idem_as_pg env PGOPTIONS="-c idempotency.install_schema=$schema" \
+            psql -X -q -v ON_ERROR_STOP=1 -h "$IDEM_PGHOST" -p "$IDEM_PGPORT" -U postgres -d "$db" -f "$PLAIN"
+    else
+        idem_psql -c "CREATE DATABASE $db OWNER idem_tle_admin" &&
+        idem_psql -d "$db" -c "CREATE EXTENSION pg_tle" -c "GRANT pgtle_admin TO idem_tle_admin" &&
+        idem_psql -U idem_tle_admin -d "$db" -f "$TLE" >/dev/null &&
+        idem_psql -U idem_tle_admin -d "$db" -c "CREATE SCHEMA IF NOT EXISTS $schema" \
+            -c "CREATE EXTENSION idempotency SCHEMA $schema"
+    fi
+}
+
+# --- tle: a non-superuser registers, creates, grants; the app claims ---------
+if [ "$have_tle" = 1 ]; then
+    idem_log "step tle (non-superuser)"
+    if make_db idem_tle_smoke tle idem >"$WORK/tle.log" 2>&1 &&
+       idem_psql -c "CREATE ROLE idem_tle_app LOGIN" >>"$WORK/tle.log" 2>&1 &&
+       got=$(idem_psql -At -U idem_tle_admin -d idem_tle_smoke \
+                -c "SELECT rolsuper FROM pg_roles WHERE rolname = current_user" \
+                -c "SELECT extversion FROM pg_extension WHERE extname = 'idempotency'" \
+                -c "SELECT idem.idem_grant('idem_tle_app')" 2>>"$WORK/tle.log") &&
+       got2=$(idem_psql -At -U idem_tle_app -d idem_tle_smoke -f - 2>>"$WORK/tle.log" <<'EOF'
+SET search_path = idem;
+SELECT idem_claim('smoke', 'k1') AS first, idem_claim('smoke', 'k1') AS again;
+SELECT outcome, token IS NOT NULL FROM idem_begin('smoke', 'job');
+SELECT idem_finish('smoke', 'job', (SELECT token FROM idem_records WHERE key = 'job'), '{"ok": 1}');
+SELECT outcome, result FROM idem_begin('smoke', 'job');
+EOF
+       ) &&
+       [ "$got" = "$(printf 'f\n%s\n' "$V")" ] &&
+       [ "$got2" = "$(printf 't|f\nacquired|t\n\ncompleted|{"ok": 1}')" ]; then
+        ok tle-nonsuperuser
+    else
+        cat "$WORK/tle.log" >&2
+        bad tle-nonsuperuser "register/create/grant/claim as a pgtle_admin role: got '${got:-}' / '${got2:-}'"
+    fi
+else
+    skip tle-nonsuperuser "no pg_tle"
+fi
+
+# --- regress and isolation, the plain script and pg_tle ----------------------
+count_results() { # log -> "pass fail"
+    echo "$(grep -cE ' \.\.\. +ok( |$)|^ok [0-9]+ ' "$1") $(grep -cE ' \.\.\. +FAILED|^not ok [0-9]+ ' "$1")"
+}
+run_suite() { # step driver db tests...
+    local step=$1 driver=$2 db=$3 out="$WORK/$1" log="$WORK/$1.log" rc p f; shift 3
+    idem_log "step $step"
+    idem_as_pg mkdir -p "$out"
+    idem_as_pg env PGOPTIONS="-c statement_timeout=${IDEM_STATEMENT_TIMEOUT:-180s}" \
+        timeout --kill-after=10 "${IDEM_SUITE_TIMEOUT:-900}" "$driver" \
+        --inputdir="$WORK/src/test" --outputdir="$out" --bindir="$SYS_BINDIR" \
+        --host="$IDEM_PGHOST" --port="$IDEM_PGPORT" --user=postgres --dbname="$db" --use-existing \
+        --launcher="perl $WORK/src/test/portable/context_filter.pl" "$@" 2>&1 | tee "$log"
+    rc=${PIPESTATUS[0]}
+    read -r p f < <(count_results "$log")
+    if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
+    record "$step" "$p" "$f"
+    while read -r name; do failures+=("$step: $name"); done \
+        < <(sed -nE 's/^[[:space:]]*(not ok [0-9]+ +[-+ ]*|test |[-+] )?([A-Za-z0-9_]+) +\.\.\. +FAILED.*/\2/p' "$log")
+    [ ! -s "$out/regression.diffs" ] || cat "$out/regression.diffs"
+}
+
+regress_tests() { # edition
+    (cd "$IDEM_TOP/test/sql" && ls *.sql) | sed 's/\.sql$//' | sort |
+        grep -vxF -f <(listed regress; [ "$1" != plain ] || listed regress-plain; echo .none.)
+}
+iso_tests=$(cd "$IDEM_TOP/test/specs" && ls *.spec | sed 's/\.spec$//' | sort | grep -vxF -f <(listed isolation; echo .none.))
+for name in $(listed regress) $(listed regress-plain); do [ -f "$IDEM_TOP/test/sql/$name.sql" ] || bad exceptions "regress $name: no test/sql/$name.sql"; done
+for name in $(listed isolation); do [ -f "$IDEM_TOP/test/specs/$name.spec" ] || bad exceptions "isolation $name: no test/specs/$name.spec"; done
+for f in "$IDEM_TOP"/test/portable/expected/*.out; do
+    [ -f "$f" ] || continue
+    grep -qE "^expected $(basename "$f" .out) " "$EXCEPTIONS" || bad exceptions "test/portable/expected/$(basename "$f") is not listed (expected NAME reason)"
+done
+PGXS_DIR=$IDEM_PGXS_DIR
+
+editions=(plain)
+[ "$have_tle" = 1 ] && editions+=(tle)
+for ed in "${editions[@]}"; do
+    if make_db "idem_regress_$ed" "$ed" >"$WORK/db_$ed.log" 2>&1 && make_db "idem_iso_$ed" "$ed" >>"$WORK/db_$ed.log" 2>&1; then
+        # shellcheck disable=SC2086
+        run_suite "regress-$ed" "$PGXS_DIR/src/test/regress/pg_regress" "idem_regress_$ed" $(regress_tests "$ed")
+        # shellcheck disable=SC2086
+        run_suite "isolation-$ed" "$PGXS_DIR/src/test/isolation/pg_isolation_regress" "idem_iso_$ed" $iso_tests
+    else
+        cat "$WORK/db_$ed.log" >&2
+        bad "install-$ed" "installing the $ed edition failed"
+    fi
+done
+[ "$have_tle" = 1 ] || { skip regress-tle "no pg_tle"; skip isolation-tle "no pg_tle"; }
+
+# --- parity: catalogs of the portable edition(s) ------------------------------
+ignore=$(listed catalog-attribute | paste -sd, -)
+catalog() { # db -> stdout
+    idem_as_pg psql -X -q -v ON_ERROR_STOP=1 -h "$IDEM_PGHOST" -p "$IDEM_PGPORT" -U postgres -d "$1" \
+        -v schema=idem -v ignore="$ignore" -f "$WORK/src/test/portable/catalog.sql"
+}
+make_db idem_parity_plain plain idem >>"$WORK/db_plain.log" 2>&1 && catalog idem_parity_plain >"$WORK/catalog.plain" \
+    || bad parity "cataloguing the plain script failed"
+[ "$have_tle" = 1 ] && { { make_db idem_parity_tle tle idem >>"$WORK/db_tle.log" 2>&1 && catalog idem_parity_tle >"$WORK/catalog.tle"; } ||
+    bad parity "cataloguing the pg_tle edition failed"; }
+idem_cluster_stop
+
+# The C edition: built into a private copy of the installation (as make test).
+idem_log "step parity: building the C edition"
+idem_private_install "$WORK/c"
+[ "$(id -u)" -ne 0 ] || chown -R postgres: "$WORK/src"
+idem_cluster_start "$WORK/ccluster"
+if idem_psql -c "CREATE DATABASE idem_parity_c" && idem_psql -d idem_parity_c -c "CREATE SCHEMA idem" \
+       -c "CREATE EXTENSION idempotency SCHEMA idem" >/dev/null && catalog idem_parity_c >"$WORK/catalog.c"; then
+    for ed in "${editions[@]}"; do
+        if [ -s "$WORK/catalog.$ed" ] &&
+           perl "$IDEM_TOP/test/portable/compare.pl" "$WORK/catalog.c" "$WORK/catalog.$ed" "$EXCEPTIONS" "$ed"; then ok "parity-$ed"; else bad "parity-$ed" "catalog differs from the C edition's"; fi
+    done
+else
+    bad parity "creating the C edition failed"
+fi
+[ "$have_tle" = 1 ] || skip parity-tle "no pg_tle"
+
+echo
+if [ ${#failures[@]} -gt 0 ]; then
+    echo "== failures"
+    for line in "${failures[@]}"; do echo "   $line"; done
+    echo
+fi
+echo "== summary ($(( $(date +%s) - T0 )) s)"
+for line in "${summary[@]}"; do echo "   $line"; done
+for line in "${skips[@]}"; do echo "   skipped $line"; done
+echo
+if [ "$skipped" -gt 0 ]; then
+    echo "$passed passed, $failed failed, $skipped skipped"
+else
+    echo "$passed passed, $failed failed"
+fi
+[ "$failed" -eq 0 ]

@@ -252,6 +252,7 @@ batch_arg_keys(FunctionCallInfo fcinfo, int argno, const char *fname,
 		text	   *key;
 		size_t		len;
 
+		CHECK_FOR_INTERRUPTS();
 		if (nulls[i])
 			ereport(ERROR,
 					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
@@ -347,8 +348,11 @@ batch_claim(Oid nsp, text *scope, BatchKey *distinct, int m,
 	if (idem_records_citus(nsp) || OidIsValid(idem_shard_type(nsp)))
 	{
 		for (i = 0; i < m; i++)
+		{
+			CHECK_FOR_INTERRUPTS();
 			state[i] = idem_claim_one(nsp, scope, (text *) DatumGetPointer(distinct[i].key),
 									  now, expires, NULL, fname) ? KEY_CLAIMED : KEY_DUPLICATE;
+		}
 		SPI_finish();
 		return;
 	}
@@ -420,6 +424,7 @@ batch_claim(Oid nsp, text *scope, BatchKey *distinct, int m,
 		{
 			for (i = 0; i < m; i++)
 			{
+				CHECK_FOR_INTERRUPTS();
 				if (state[i] == KEY_CLAIMED || state[i] == KEY_DUPLICATE)
 					continue;
 				state[i] = idem_claim_one(nsp, scope,

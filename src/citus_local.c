@@ -105,11 +105,16 @@ static ShardRange *ranges = NULL;
 static int	nranges = 0;
 static bool ranges_callback = false;
 
+static Oid	ranges_loading = InvalidOid;	/* being loaded */
+static bool ranges_forgotten = false;	/* invalidated since the load began */
+
 static void
 ranges_forget(Oid relid)
 {
 	if (relid == InvalidOid || relid == ranges_relid)
 		ranges_relid = InvalidOid;
+	if (relid == InvalidOid || relid == ranges_loading)
+		ranges_forgotten = true;
 }
 
 /* Is the citus extension of this database at version 13.x? */
@@ -306,11 +311,20 @@ range_of(Relation records, text *key)
 	}
 	if (ranges_relid != relid)
 	{
+		ranges_forgotten = false;
+		ranges_loading = relid;
 		ranges_usable = distributed_by_key(records);
 		if (ranges_usable)
 			load_ranges(relid);
-		/* An invalidation during the loading forgets it again: fine. */
-		ranges_relid = relid;
+
+		/*
+		 * Loading reads catalogs, which may accept invalidations: ranges
+		 * loaded while one arrived are used for this call only (the caller
+		 * looks again under Citus's metadata lock) and loaded anew next
+		 * time.
+		 */
+		ranges_relid = ranges_forgotten ? InvalidOid : relid;
+		ranges_loading = InvalidOid;
 	}
 	if (!ranges_usable)
 		return NULL;

@@ -217,16 +217,17 @@ for my $c (
 as_gives('nobody', q{SELECT count(*) FROM idem_machines WHERE machine = 'secm'}, '1',
 	'machine definitions are readable by everybody');
 
-# A hand-made trigger on one's own table cannot forge history: the log
-# insert runs with the caller's privileges.
+# A hand-made trigger on one's own table cannot forge history: it is not
+# shaped as idem_guard makes a log trigger, so it refuses to run (39P01);
+# a real one's insert would run with the caller's privileges.
 su(q{CREATE SCHEMA nobody_s AUTHORIZATION nobody});
 as_gives('nobody', q{
 	CREATE TABLE nobody_s.t (id int PRIMARY KEY, status text);
 	CREATE TRIGGER forged AFTER INSERT ON nobody_s.t FOR EACH ROW
 	EXECUTE FUNCTION public.idem_guard_trigger('secm', 'status', '', 'log');
 	SELECT 'created'}, 'created', 'a role may put the trigger function on its own table');
-as_fails('nobody', q{INSERT INTO nobody_s.t VALUES (1, 'paid')}, '42501',
-	'but the history it would write is refused');
+as_fails('nobody', q{INSERT INTO nobody_s.t VALUES (1, 'paid')}, '39P01',
+	'but it is not a guard: the history it would write is refused');
 su(q{DROP SCHEMA nobody_s CASCADE});
 is(su('SELECT state_hash()'), $before, 'nothing the extension keeps was changed or added');
 

@@ -67,8 +67,8 @@ END $$});
 cq(q{SELECT idem_guard('orders', 'status', 'order', version_column => 'version', history => true)});
 pass('idem_guard on a distributed table');
 is(cq("SELECT count(*) FROM pg_dist_shard WHERE logicalrelid = 'orders'::regclass"), '4', 'four shards');
-is(shard_triggers($w1, 'orders') + shard_triggers($w2, 'orders'), 16,
-	'four guard triggers (check, insert, version, log) on each of the four shards');
+is(shard_triggers($w1, 'orders') + shard_triggers($w2, 'orders'), 20,
+	'five guard triggers (check, insert, version, log, lognew) on each of the four shards');
 is( cq("SELECT count(DISTINCT colocationid) FROM pg_dist_partition
 	WHERE logicalrelid IN ('orders'::regclass, 'orders_transitions'::regclass)"),
 	'1', 'its history table orders_transitions is co-located with orders');
@@ -78,7 +78,7 @@ is(cq("SELECT has_table_privilege('public', 'orders_transitions', 'INSERT')"), '
 	'the history table is not writable by PUBLIC');
 cq(q{SELECT idem_guard('orders', 'status', 'order', version_column => 'version', history => true)});
 pass('idem_guard again replaces the guard (and reuses the history table)');
-is(shard_triggers($w1, 'orders') + shard_triggers($w2, 'orders'), 16, 'still four triggers per shard');
+is(shard_triggers($w1, 'orders') + shard_triggers($w2, 'orders'), 20, 'still five triggers per shard');
 
 # ------------------------------------------------- through the coordinator
 cq("INSERT INTO orders (id) SELECT g FROM generate_series(1, 8) g");
@@ -340,8 +340,8 @@ is($ret, 0, 'rebalance_table_shards after adding a third worker') or diag($err);
 # The moved shards' old placements are dropped by Citus's cleanup.
 cq('CALL citus_cleanup_orphaned_resources()');
 cmp_ok(shard_triggers($w3, 'orders'), '>', 0, 'shards moved to the new worker carry the guard triggers');
-is(shard_triggers($w1, 'orders') + shard_triggers($w2, 'orders') + shard_triggers($w3, 'orders'), 16,
-	'still four triggers on each of the four shards');
+is(shard_triggers($w1, 'orders') + shard_triggers($w2, 'orders') + shard_triggers($w3, 'orders'), 20,
+	'still five triggers on each of the four shards');
 my $moved;
 for my $id (10 .. 400)
 {

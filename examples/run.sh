@@ -7,13 +7,16 @@
 #   python   examples/python/consumer.py   (psycopg2, idem_claim_many)
 #   node     examples/node/handler.js      (pg from npm, idem_begin/idem_finish)
 #   java     examples/java/PaymentCallback.java (JDBC, idem_claim + idem_guard)
+#   http     examples/http/: Express and Python middleware for the HTTP
+#            Idempotency-Key header (idem_http_begin/idem_http_finish);
+#            its checks are in examples/http/checks.sh
 #
 # Each example runs twice in a fresh database of its own: the first run must
 # apply every effect exactly once, the second (everything redelivered) must
 # change nothing.  Prints one "... ok" / "... FAILED" line per check and
 # exits non-zero when any failed.
 #
-# Usage: bash examples/run.sh [-v] [meta|python|node|java ...]   (default: all)
+# Usage: bash examples/run.sh [-v] [meta|python|node|java|http ...]   (default: all)
 #   -v   also print what each example printed
 #
 # With PGHOST set (as test/harness.sh's idem_cluster_start exports it), the
@@ -32,9 +35,9 @@ TOP=$IDEM_TOP
 verbose=0
 if [ "${1:-}" = -v ]; then verbose=1; shift; fi
 checks=("$@")
-[ ${#checks[@]} -gt 0 ] || checks=(meta python node java)
+[ ${#checks[@]} -gt 0 ] || checks=(meta python node java http)
 for c in "${checks[@]}"; do
-    case "$c" in meta|python|node|java) ;; *) idem_die "unknown example: $c (meta, python, node, java)";; esac
+    case "$c" in meta|python|node|java|http) ;; *) idem_die "unknown example: $c (meta, python, node, java, http)";; esac
 done
 
 packages="python3 python3-psycopg2 default-jdk-headless libpostgresql-jdbc-java"
@@ -307,6 +310,9 @@ check_java() {
     fi
     report "example java/PaymentCallback.java" "$out0" "$out1" "$out2"
 }
+
+# shellcheck source=examples/http/checks.sh
+. "$EXAMPLES/http/checks.sh"
 
 for c in "${checks[@]}"; do
     idem_log "examples: $c"

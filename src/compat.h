@@ -170,6 +170,17 @@ idem_shmem_request_install(idem_shmem_request_fn request,
 #include "executor/executor.h"
 #include "parser/parse_relation.h"
 
+/*
+ * A function that does not return: pg_noreturn before the declaration
+ * from 18 on (19 has no pg_attribute_noreturn any more), the attribute
+ * before it too for 15 to 17 (GCC and Clang accept it there).
+ */
+#if PG_VERSION_NUM >= 180000
+#define IDEM_NORETURN pg_noreturn
+#else
+#define IDEM_NORETURN pg_attribute_noreturn()
+#endif
+
 #if PG_VERSION_NUM >= 190000
 #define IDEM_EXEC_INSERT_INDEX_TUPLES(rri, slot, estate, specConflict, arbiters) \
 	ExecInsertIndexTuples((rri), (estate), EIIT_NO_DUPE_ERROR, (slot), (arbiters), (specConflict))

@@ -21,6 +21,8 @@
 
 #include "executor/spi.h"
 
+#include "compat.h"
+
 /*
  * A value that may be NULL (*isnull says).  type InvalidOid: a value whose
  * type the statement itself fixes (ROW(...)::idem_record), not checked;
@@ -45,8 +47,8 @@ extern void idem_spi_check_type(SPITupleTable *tt, int col, Oid type,
  * The errors themselves (55000), for a reader that has checked the type
  * some other way (the fast path, direct.c: direct_table.c at open).
  */
-extern void idem_records_column_null(const char *column) pg_attribute_noreturn();
-extern void idem_records_column_type(const char *column, Oid expected,
-									 Oid actual) pg_attribute_noreturn();
+IDEM_NORETURN extern void idem_records_column_null(const char *column);
+IDEM_NORETURN extern void idem_records_column_type(const char *column, Oid expected,
+												 Oid actual);
 
 #endif							/* IDEM_SPI_READ_H */

@@ -78,6 +78,25 @@ sub in_rollback
 # function => [setup SQL, valid arguments, expected answer per position
 # when that argument alone is NULL: an SQLSTATE, 'ok', or 'ok:<output>'].
 my %null_rules = (
+	'idem_http_parse_key(text)' => [ '', [q{'k'}], ['ok:'] ],
+	'idem_http_problem(integer,text,text,text,text,jsonb)' => [
+		'', [ '500', q{'t'}, q{'d'}, q{'c'}, q{'u'}, q{'{}'} ], [ '22004', '22004', 'ok', 'ok', 'ok', 'ok' ] ],
+	'idem_http_result(integer,jsonb,bytea,text[])' =>
+	  [ '', [ '200', q{'{}'}, q{'x'}, q{ARRAY['etag']} ], [ '22004', 'ok', 'ok', 'ok' ] ],
+	'idem_http_begin(text,text,text,bytea,text,boolean,interval,text,text,integer)' => [ '',
+		[ q{'nk'}, q{'POST'}, q{'/p'}, q{'x'}, q{'s'}, 'true', q{'1 day'}, q{'text/plain'}, q{'u'}, '1' ],
+		[ 'ok', '22004', '22004', 'ok', '22004', '22004', 'ok', 'ok', 'ok', '22004' ] ],
+	'idem_http_finish(text,integer,jsonb,bytea,text,text[])' => [
+		q{SELECT idem_http_begin('nk', 'POST', '/p', scope => 's')},
+		[ q{'nk'}, '200', q{'{}'}, q{'x'}, q{'s'}, q{ARRAY['etag']} ], [ 'ok:', '22004', 'ok:', 'ok:', '22004', 'ok:' ] ],
+	'idem_http_postgrest_raise(idem_http_response)' => [ '', [q{idem_http_problem(409, 't')}], ['22004'] ],
+	'idem_http_postgrest_pre_request(text,boolean,text[],interval,text)' =>
+	  [ '', [ q{'s'}, 'true', q{'{POST}'}, q{'1 day'}, q{'u'} ], [ 'ok:', 'ok:', 'ok:', 'ok:', 'ok:' ] ],
+	'idem_http_postgrest_rpc(jsonb,text,boolean,interval,text)' => [
+		q{SELECT set_config('request.headers', '{"idempotency-key": "nk"}', true)},
+		[ q{'{}'}, q{'s'}, 'true', q{'1 day'}, q{'u'} ], [ 'ok', '22004', '22004', 'ok', 'ok' ] ],
+	'idem_http_postgrest_finish(integer,jsonb,bytea,text[])' =>
+	  [ '', [ '200', q{'{}'}, q{'x'}, q{ARRAY['etag']} ], [ '22004', 'ok:', 'ok:', 'ok:' ] ],
 	'idem_claim(text)' => [ '', [q{'nk'}], ['22004'] ],
 	'idem_claim(text,text,interval,text)' =>
 	  [ '', [ q{'s'}, q{'nk'}, q{'1 day'}, q{'fp'} ], [ '22004', '22004', 'ok:t', 'ok:t' ] ],

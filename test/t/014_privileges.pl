@@ -101,6 +101,17 @@ my $TK = $one_time;
 # function => the calls that exercise it, and what a role without grants
 # gets: 42501, or (functions public by design) 'ok'.
 my %calls = (
+	'idem_http_parse_key(text)' => [ [ q{SELECT idem_http_parse_key('"k"')}, 'ok:k' ] ],
+	'idem_http_problem(integer,text,text,text,text,jsonb)' => [ [ q{SELECT (idem_http_problem(409, 'x')).status}, 'ok:409' ] ],
+	'idem_http_result(integer,jsonb,bytea,text[])' => [ [ q{SELECT idem_http_result(201) ->> 'status'}, 'ok:201' ] ],
+	'idem_http_begin(text,text,text,bytea,text,boolean,interval,text,text,integer)' =>
+	  [ [ q{SELECT idem_http_begin('done', 'POST', '/p', scope => 'sec')}, '42501' ] ],
+	'idem_http_finish(text,integer,jsonb,bytea,text,text[])' => [ [ q{SELECT idem_http_finish('done', 200, scope => 'sec')}, '42501' ] ],
+	'idem_http_postgrest_raise(idem_http_response)' => [ [ q{SELECT idem_http_postgrest_raise(idem_http_problem(409, 'x'))}, 'PGRST' ] ],
+	'idem_http_postgrest_pre_request(text,boolean,text[],interval,text)' => [ [ q{SELECT idem_http_postgrest_pre_request()}, 'ok:' ] ],
+	'idem_http_postgrest_rpc(jsonb,text,boolean,interval,text)' => [ [
+		q{SELECT idem_http_postgrest_rpc('{}', scope => 'sec') FROM (SELECT set_config('request.headers', '{"idempotency-key": "done"}', true)) AS s}, '42501' ] ],
+	'idem_http_postgrest_finish(integer,jsonb,bytea,text[])' => [ [ q{SELECT idem_http_postgrest_finish(200)}, 'ok:' ] ],
 	'idem_claim(text)' => [ [ q{SELECT idem_claim('new')}, '42501' ] ],
 	'idem_claim(text,text,interval,text)' => [
 		[ q{SELECT idem_claim('sec', 'new')},  '42501' ],

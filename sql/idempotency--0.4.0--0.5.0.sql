@@ -678,3 +678,18 @@ GRANT EXECUTE ON FUNCTION
     @extschema@.idem_http_postgrest_rpc(pg_catalog.jsonb, pg_catalog.text, pg_catalog.bool, pg_catalog.interval, pg_catalog.text),
     @extschema@.idem_http_postgrest_finish(pg_catalog.int4, pg_catalog.jsonb, pg_catalog.bytea, pg_catalog.text[])
 TO PUBLIC;
+
+-- idem_transition_strict (issue 21): the objects added to sql/idempotency_machine.sql.
+-- idem_transition that raises ID006 on a repeated event instead of
+-- letting it through, so that an UPDATE setting other columns with it
+-- (paid = paid + 100) fails as a whole on a repeat (docs/state-machines.md).
+CREATE FUNCTION @extschema@.idem_transition_strict(
+    machine pg_catalog.text,
+    from_state pg_catalog.text,
+    to_state pg_catalog.text)
+RETURNS pg_catalog.text
+AS 'MODULE_PATHNAME', 'idem_transition_strict'
+LANGUAGE C STABLE CALLED ON NULL INPUT PARALLEL SAFE;
+
+COMMENT ON FUNCTION @extschema@.idem_transition_strict(pg_catalog.text, pg_catalog.text, pg_catalog.text) IS
+    'to_state when machine declares from_state -> to_state; error ID006 when they are equal and no such move is declared (a repeated event), ID004 otherwise';

@@ -127,6 +127,17 @@ LANGUAGE C STABLE CALLED ON NULL INPUT PARALLEL SAFE;
 COMMENT ON FUNCTION @extschema@.idem_transition(pg_catalog.text, pg_catalog.text, pg_catalog.text) IS
     'to_state when machine declares from_state -> to_state, from_state when they are equal; otherwise error ID004';
 
+CREATE FUNCTION @extschema@.idem_transition_strict(
+    machine pg_catalog.text,
+    from_state pg_catalog.text,
+    to_state pg_catalog.text)
+RETURNS pg_catalog.text
+AS 'MODULE_PATHNAME', 'idem_transition_strict'
+LANGUAGE C STABLE CALLED ON NULL INPUT PARALLEL SAFE;
+
+COMMENT ON FUNCTION @extschema@.idem_transition_strict(pg_catalog.text, pg_catalog.text, pg_catalog.text) IS
+    'to_state when machine declares from_state -> to_state; error ID006 when they are equal and no such move is declared (a repeated event), ID004 otherwise';
+
 CREATE FUNCTION @extschema@.idem_sources(
     machine pg_catalog.text,
     to_state pg_catalog.text)

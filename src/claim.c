@@ -382,6 +382,7 @@ claim_internal(FunctionCallInfo fcinfo, text *scope, text *key,
 	bool		claimed;
 
 	idem_check_writable(fname);
+	idem_check_autocommit_claim(fcinfo, fname);
 
 	now = GetCurrentTimestamp();
 	expires = idem_expiry(fcinfo, ttl_argno, now, fname);
@@ -415,7 +416,9 @@ claim_internal(FunctionCallInfo fcinfo, text *scope, text *key,
  * a takeover that makes no progress), 42501 (a record row-level security
  * hides or does not let the role update), 55000 (a record of an
  * idem_records whose columns a DBA changed: spi_read.c), 55P03/57014
- * (lock_timeout/statement_timeout while waiting).
+ * (lock_timeout/statement_timeout while waiting), 25P01 (the claim would
+ * commit on its own and idempotency.autocommit_claims is error; a WARNING
+ * under warn), 22023 also for a ttl written as a bare number ('7').
  */
 Datum
 idem_claim(PG_FUNCTION_ARGS)

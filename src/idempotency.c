@@ -2,11 +2,13 @@
  *
  * idempotency.c
  *	  Module load (_PG_init, which also lets stats.c, worker.c and query.c
- *	  set themselves up), four of the nine idempotency.* settings
- *	  (default_ttl, log_duplicates, max_attempts, direct_claim; stats.c
- *	  defines stats_max_scopes and worker.c the four purge_* settings), the
- *	  argument validation that every SQL-callable function of the extension
- *	  shares.
+ *	  set themselves up), five of the ten idempotency.* settings
+ *	  (default_ttl, log_duplicates, max_attempts, direct_claim,
+ *	  autocommit_claims; stats.c defines stats_max_scopes and worker.c the
+ *	  four purge_* settings), the argument validation that every
+ *	  SQL-callable function of the extension shares, and the check of
+ *	  idempotency.autocommit_claims (is a claim a statement of its own
+ *	  outside a transaction block?).
  *
  *	  Invariants:
  *	  - Validation happens before any SPI call or write, so bad input never
@@ -17,6 +19,15 @@
  *	    fail with SQLSTATE 25006 and a message naming the function.
  *	  - GUC state is per backend; nothing here touches shared memory, takes
  *	    a lock or reads a table (visibility does not arise).
+ *	  - Every setting is defined at every load, preloaded or not, so that a
+ *	    SET or ALTER SYSTEM of one is judged by its real rules rather than
+ *	    refused as an unknown name under a reserved prefix (stats.c and
+ *	    worker.c define their PGC_POSTMASTER settings as PGC_SIGHUP when
+ *	    the library is loaded after startup, which PostgreSQL requires).
+ *	  - Where a call can see how its ttl argument was written (a literal of
+ *	    the statement a client sent), a bare number ('7', 7 seconds) is
+ *	    refused; a ttl that arrives as a value cannot be told from
+ *	    '7 seconds' and is taken as it is (check_ttl_literal).
  *	  - Memory: validated arguments and digests are in the caller's
  *	    context.
  *
@@ -24,10 +35,15 @@
  */
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "miscadmin.h"
+#include "nodes/plannodes.h"
+#include "tcop/pquery.h"
+#include "tcop/tcopprot.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/inval.h"
+#include "utils/portal.h"
 #include "utils/timestamp.h"
 
 #include "idempotency.h"
@@ -35,6 +51,7 @@
 PG_MODULE_MAGIC;
 
 void		_PG_init(void);
+
 
 /* idempotency.default_ttl, as text and as parsed by its check hook. */
 static char *default_ttl_string = NULL;
@@ -50,6 +67,57 @@ static TtlSetting *default_ttl = NULL;
 bool		idem_direct_claim_enabled = true;
 bool		idem_log_duplicates = false;
 int			idem_max_attempts = 0;
+
+/* idempotency.autocommit_claims: what a claim that commits on its own does */
+typedef enum AutocommitClaims
+{
+	AUTOCOMMIT_CLAIMS_ALLOW,
+	AUTOCOMMIT_CLAIMS_WARN,
+	AUTOCOMMIT_CLAIMS_ERROR
+} AutocommitClaims;
+
+static const struct config_enum_entry autocommit_claims_options[] = {
+	{"allow", AUTOCOMMIT_CLAIMS_ALLOW, false},
+	{"warn", AUTOCOMMIT_CLAIMS_WARN, false},
+	{"error", AUTOCOMMIT_CLAIMS_ERROR, false},
+	{NULL, 0, false}
+};
+
+static int	autocommit_claims = AUTOCOMMIT_CLAIMS_ALLOW;
+
+/*
+ * Is str (len bytes) a number without a unit: blanks, an optional sign,
+ * digits with an optional fraction, blanks?  As an interval that is a
+ * number of seconds ('7' is 7 seconds).
+ */
+static bool
+is_bare_number(const char *str, size_t len)
+{
+	size_t		i = 0;
+	bool		digits = false;
+
+	while (i < len && isspace((unsigned char) str[i]))
+		i++;
+	if (i < len && (str[i] == '+' || str[i] == '-'))
+		i++;
+	while (i < len && isdigit((unsigned char) str[i]))
+	{
+		digits = true;
+		i++;
+	}
+	if (i < len && str[i] == '.')
+	{
+		i++;
+		while (i < len && isdigit((unsigned char) str[i]))
+		{
+			digits = true;
+			i++;
+		}
+	}
+	while (i < len && isspace((unsigned char) str[i]))
+		i++;
+	return digits && i == len;
+}
 
 /*
  * Parse a TTL setting: a positive interval, or "infinity".  Never throws:
@@ -94,6 +162,17 @@ check_default_ttl(char **newval, void **extra, GucSource source)
 	{
 		idem_guc_extra_free(parsed);
 		GUC_check_errdetail("The default TTL must be positive.");
+		return false;
+	}
+
+	/* '7' is 7 seconds: a ttl must name its unit. */
+	if (is_bare_number(*newval, strlen(*newval)))
+	{
+		idem_guc_extra_free(parsed);
+		GUC_check_errdetail("An interval without a unit counts seconds: \"%s\" would keep keys %s seconds.",
+							*newval, *newval);
+		GUC_check_errhint("Name the unit, for example '7 days' (or '%s seconds' if seconds are meant).",
+						  *newval);
 		return false;
 	}
 
@@ -185,6 +264,19 @@ _PG_init(void)
 							 NULL,
 							 NULL);
 
+	DefineCustomEnumVariable("idempotency.autocommit_claims",
+							 "What idem_claim does when its claim commits on its own: allow, warn or error.",
+							 "A claim that is a SELECT of its own outside a transaction block and outside any function commits before the work it guards; "
+							 "if that work fails, every retry of the event is skipped.",
+							 &autocommit_claims,
+							 AUTOCOMMIT_CLAIMS_ALLOW,
+							 autocommit_claims_options,
+							 PGC_USERSET,
+							 0,
+							 NULL,
+							 NULL,
+							 NULL);
+
 	idem_stats_init();
 	idem_worker_init();
 
@@ -264,6 +356,165 @@ idem_check_writable(const char *fname)
 }
 
 /*
+ * Is the call fcinfo made by the query the active portal runs itself, not
+ * by a function, procedure or DO block that query calls?  The portal's
+ * executor keeps its state (and the FmgrInfo of every call it makes) in a
+ * memory context made in the portal's own; a function's queries run in
+ * contexts of their own (SPI, SQL functions, PL/pgSQL's simple
+ * expressions), further down.  The query's text is then the portal's
+ * sourceText.
+ */
+static bool
+called_by_portal_query(FunctionCallInfo fcinfo)
+{
+	Portal		portal = ActivePortal;
+	FmgrInfo   *flinfo = fcinfo->flinfo;
+
+	return portal != NULL && portal->sourceText != NULL &&
+		flinfo != NULL && flinfo->fn_mcxt != NULL &&
+		flinfo->fn_mcxt->parent == portal->portalContext;
+}
+
+/*
+ * Is the call fcinfo made by the statement a client sent, not by a
+ * function, procedure or DO block it calls (called_by_portal_query)?  A
+ * cursor that a function opens is a portal too, so the portal must also
+ * run the text the client sent (debug_query_string): an EXECUTE of a
+ * statement prepared with PREPARE does not (its portal runs the PREPARE's
+ * text), and is not seen.  A SQL function inlined into the statement is
+ * part of it.
+ */
+static bool
+called_by_client_statement(FunctionCallInfo fcinfo)
+{
+	const char *text;
+
+	if (!called_by_portal_query(fcinfo) || debug_query_string == NULL)
+		return false;
+	text = ActivePortal->sourceText;
+	return text == debug_query_string || strcmp(text, debug_query_string) == 0;
+}
+
+/*
+ * Whether a claim made by the call fcinfo commits on its own: the call is
+ * made by a client's statement (called_by_client_statement) that is a
+ * SELECT writing nothing else (no data-modifying WITH), outside a
+ * transaction block (a BEGIN, or the implicit block of several statements
+ * sent in one query string), and not by a Citus node on behalf of a
+ * client (a delegated idem_claim: Citus names those connections
+ * "citus_internal gpid=..."; the client's own session decided whether the
+ * call was autocommit).
+ */
+static bool
+claim_commits_alone(FunctionCallInfo fcinfo)
+{
+	ListCell   *lc;
+
+	if (IsTransactionBlock() || !called_by_client_statement(fcinfo))
+		return false;
+	foreach(lc, ActivePortal->stmts)
+	{
+		PlannedStmt *stmt = (PlannedStmt *) lfirst(lc);
+
+		if (!IsA(stmt, PlannedStmt) || stmt->commandType != CMD_SELECT ||
+			stmt->hasModifyingCTE)
+			return false;
+	}
+	if (application_name != NULL &&
+		strncmp(application_name, "citus_internal gpid=", 20) == 0)
+		return false;
+	return true;
+}
+
+/*
+ * idempotency.autocommit_claims: under 'warn' or 'error', a WARNING or an
+ * ERROR (25P01) when a claim made by the call fcinfo would commit on its
+ * own (claim_commits_alone); nothing under 'allow', the default, which
+ * costs one comparison.  Called before anything is written.
+ */
+void
+idem_check_autocommit_claim(FunctionCallInfo fcinfo, const char *fname)
+{
+	if (autocommit_claims == AUTOCOMMIT_CLAIMS_ALLOW || !claim_commits_alone(fcinfo))
+		return;
+	ereport(autocommit_claims == AUTOCOMMIT_CLAIMS_ERROR ? ERROR : WARNING,
+			(errcode(ERRCODE_NO_ACTIVE_SQL_TRANSACTION),
+			 errmsg("%s: the claim commits on its own", fname),
+			 errdetail("The call is a statement of its own outside a transaction block, so the claim commits before the work it guards: if that work fails, every retry of the event finds the key claimed and skips it."),
+			 errhint("Claim in the transaction that does the work (BEGIN, %s, the work, COMMIT), or set idempotency.autocommit_claims to allow where a claim is meant to stand alone.",
+					 fname)));
+}
+
+/*
+ * Refuse a ttl argument (argument argno of the call, whose value is ttl)
+ * written as a quoted number without a unit, ttl => '7', which is 7
+ * seconds, when the call can see how it was written: the argument is a
+ * constant of the query the active portal runs (called_by_portal_query:
+ * a statement a client sent, an EXECUTE, a query a PL/pgSQL FOR loop
+ * reads), whose text at the constant's location is that literal, and the
+ * literal gives the same interval.  A ttl that arrives as a value (a
+ * parameter, a variable of a function, an expression), or is written in a
+ * function's body (a FOR loop's query aside), cannot be told from
+ * '7 seconds' and is taken as it is.  An F_at twin calls its F with its own expression, whose
+ * first argument (the shard key) F does not have.
+ */
+static void
+check_ttl_literal(FunctionCallInfo fcinfo, int argno, Interval *ttl,
+				  const char *fname)
+{
+	FmgrInfo   *flinfo = fcinfo->flinfo;
+	List	   *args;
+	int			skip;
+	Node	   *arg;
+	Const	   *c;
+	const char *src;
+	size_t		srclen;
+	const char *start;
+	const char *end;
+	char	   *number;
+	Interval	parsed;
+
+	if (flinfo == NULL || flinfo->fn_expr == NULL || !IsA(flinfo->fn_expr, FuncExpr))
+		return;
+	args = ((FuncExpr *) flinfo->fn_expr)->args;
+	skip = list_length(args) - PG_NARGS();
+	if (skip < 0 || argno + skip >= list_length(args))
+		return;
+	arg = (Node *) list_nth(args, argno + skip);
+	if (!IsA(arg, Const))
+		return;
+	c = (Const *) arg;
+	if (c->constisnull || c->location < 0 || !called_by_portal_query(fcinfo))
+		return;
+
+	src = ActivePortal->sourceText;
+	srclen = strlen(src);
+	if ((size_t) c->location >= srclen || src[c->location] != '\'')
+		return;
+	start = src + c->location + 1;
+	end = memchr(start, '\'', srclen - (start - src));
+	if (end == NULL || !is_bare_number(start, end - start))
+		return;
+	/* The number without the blanks around it, for the messages. */
+	while (isspace((unsigned char) *start))
+		start++;
+	while (end > start && isspace((unsigned char) end[-1]))
+		end--;
+	number = pnstrdup(start, end - start);
+	if (!idem_parse_interval(number, &parsed) ||
+		!DatumGetBool(DirectFunctionCall2(interval_eq, IntervalPGetDatum(&parsed),
+										  IntervalPGetDatum(ttl))))
+		return;
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("%s: ttl '%s' has no unit", fname, number),
+			 errdetail("An interval without a unit counts seconds: '%s' would keep the key %s seconds.",
+					   number, number),
+			 errhint("Name the unit, for example ttl => '7 days' (or '%s seconds' if seconds are meant).",
+					 number)));
+}
+
+/*
  * base + span, failing with 22023 unless the result is later than base
  * and within the range of timestamptz.  (timestamptz_pl_interval reports
  * an out-of-range result as 22008 "timestamp out of range", which names
@@ -330,14 +581,22 @@ idem_add_interval(TimestampTz base, Interval *span, const char *what,
  * The expiry of a record written now: now + ttl argument, or now +
  * idempotency.default_ttl when the argument is NULL or when argno is
  * negative (a variant of the function without a ttl argument).
- * 'infinity' gives the timestamp infinity.
+ * 'infinity' gives the timestamp infinity.  Fails with 22023 for a ttl
+ * that is not positive or reaches beyond timestamptz (idem_add_interval),
+ * or that is written as a bare number (check_ttl_literal).
  */
 TimestampTz
 idem_expiry(FunctionCallInfo fcinfo, int argno, TimestampTz now,
 			const char *fname)
 {
 	if (argno >= 0 && argno < PG_NARGS() && !PG_ARGISNULL(argno))
-		return idem_add_interval(now, PG_GETARG_INTERVAL_P(argno), "ttl", fname);
+	{
+		Interval   *ttl = PG_GETARG_INTERVAL_P(argno);
+		TimestampTz expires = idem_add_interval(now, ttl, "ttl", fname);
+
+		check_ttl_literal(fcinfo, argno, ttl, fname);
+		return expires;
+	}
 
 	if (default_ttl == NULL)
 		elog(ERROR, "idempotency.default_ttl is not initialised");

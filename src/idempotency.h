@@ -6,7 +6,7 @@
  *	  section per file of src/, in the order a call walks through them.
  *
  *	  Files and their concerns:
- *	    idempotency.c    module load, four of the nine settings (the others
+ *	    idempotency.c    module load, five of the ten settings (the others
  *	                     are stats.c's and worker.c's), input validation
  *	                     shared by all
  *	    shard.c          records with a shard key (co-location on Citus):
@@ -86,6 +86,7 @@
 #define ERRCODE_IDEM_LEASE_LOST				MAKE_SQLSTATE('I','D','0','0','3')
 #define ERRCODE_IDEM_ILLEGAL_TRANSITION		MAKE_SQLSTATE('I','D','0','0','4')
 #define ERRCODE_IDEM_WRONG_STATUS			MAKE_SQLSTATE('I','D','0','0','5')
+#define ERRCODE_IDEM_REPEATED_TRANSITION	MAKE_SQLSTATE('I','D','0','0','6')
 
 /* Limits on identifiers, in bytes of the server encoding. */
 #define IDEM_MAX_KEY_BYTES		1024
@@ -145,6 +146,7 @@ extern text *idem_arg_scope(FunctionCallInfo fcinfo, int argno, const char *fnam
 extern text *idem_arg_key(FunctionCallInfo fcinfo, int argno, const char *fname);
 extern void idem_check_key(text *key, const char *fname);
 extern void idem_check_writable(const char *fname);
+extern void idem_check_autocommit_claim(FunctionCallInfo fcinfo, const char *fname);
 extern TimestampTz idem_expiry(FunctionCallInfo fcinfo, int argno,
 							   TimestampTz now, const char *fname);
 extern TimestampTz idem_add_interval(TimestampTz base, Interval *span,

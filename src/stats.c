@@ -378,29 +378,37 @@ stats_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 }
 
 /*
- * Called from _PG_init.  When the library is being preloaded: defines
- * idempotency.stats_max_scopes, requests the shared memory, and installs
- * the hooks and transaction callbacks.  Otherwise does nothing.
+ * Called from _PG_init: defines idempotency.stats_max_scopes.  When the
+ * library is being preloaded, also requests the shared memory and installs
+ * the hooks and transaction callbacks.
  */
 void
 idem_stats_init(void)
 {
-	/* A PGC_POSTMASTER setting can only be defined while preloading. */
-	if (!process_shared_preload_libraries_in_progress)
-		return;
-
+	/*
+	 * A PGC_POSTMASTER setting can only be defined while preloading.  Loaded
+	 * later, the library defines it as PGC_SIGHUP, which nothing reads: so
+	 * that SET is refused as for a setting of postgresql.conf and ALTER
+	 * SYSTEM accepts it, instead of both calling it unknown under the
+	 * reserved prefix.
+	 */
 	DefineCustomIntVariable("idempotency.stats_max_scopes",
 							"Maximum number of (database, scope) pairs tracked by idem_stats.",
-							"Counts of further pairs go to one overflow row with scope '*'.",
+							"Counts of further pairs go to one overflow row with scope '*'. "
+							"Read at server start, with idempotency in shared_preload_libraries.",
 							&stats_max_scopes,
 							1000,
 							1,
 							1000000,
-							PGC_POSTMASTER,
+							process_shared_preload_libraries_in_progress ?
+							PGC_POSTMASTER : PGC_SIGHUP,
 							0,
 							NULL,
 							NULL,
 							NULL);
+
+	if (!process_shared_preload_libraries_in_progress)
+		return;
 
 	stats_active = true;
 	idem_shmem_request_install(stats_shmem_request, &prev_shmem_request);

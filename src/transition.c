@@ -3,9 +3,10 @@
  * transition.c
  *	  The SQL API of state machines: idem_machine_define and
  *	  idem_machine_drop (the definitions in idem_machines),
- *	  idem_can_transition, idem_transition and idem_sources (asking a
- *	  machine), and idem_guard_allows (the rule of a table guard, evaluated
- *	  in the WHEN condition of the triggers guard.c installs).
+ *	  idem_can_transition, idem_transition, idem_transition_strict and
+ *	  idem_sources (asking a machine), and idem_guard_allows (the rule of a
+ *	  table guard, evaluated in the WHEN condition of the triggers guard.c
+ *	  installs).
  *
  *	  Calls: machine.c and machine_cache.c for the machine, and guard.c
  *	  (idem_guards_of_machine) when a machine is dropped; nothing calls
@@ -49,6 +50,7 @@ PG_FUNCTION_INFO_V1(idem_machine_define);
 PG_FUNCTION_INFO_V1(idem_machine_drop);
 PG_FUNCTION_INFO_V1(idem_can_transition);
 PG_FUNCTION_INFO_V1(idem_transition);
+PG_FUNCTION_INFO_V1(idem_transition_strict);
 PG_FUNCTION_INFO_V1(idem_guard_allows);
 PG_FUNCTION_INFO_V1(idem_sources);
 
@@ -207,18 +209,18 @@ idem_can_transition(PG_FUNCTION_ARGS)
 }
 
 /*
- * idem_transition(machine text, from_state text, to_state text) RETURNS text
- *
- * to_state when from_state -> to_state is declared; from_state unchanged
- * when the two are equal (a repeated event).  Fails with 22004 (any
- * argument NULL), 22023/22001 (bad machine name), 42704 (no such machine),
- * 22023 (from_state or to_state is not a state of it), ID004 (the
- * transition is not declared; the hint lists the allowed targets).
+ * The body of idem_transition and idem_transition_strict: to_state when
+ * from_state -> to_state is declared.  When the two are equal and the
+ * machine does not declare the move (a repeated event), idem_transition
+ * returns from_state unchanged and idem_transition_strict raises ID006.
+ * Fails with 22004 (any argument NULL), 22023/22001 (bad machine name),
+ * 42704 (no such machine), 22023 (from_state or to_state is not a state
+ * of it), ID004 (the transition is not declared; the hint lists the
+ * allowed targets), ID006 (strict only: the repeat).
  */
-Datum
-idem_transition(PG_FUNCTION_ARGS)
+static Datum
+transition_internal(FunctionCallInfo fcinfo, bool strict, const char *fname)
 {
-	const char *fname = "idem_transition";
 	text	   *args[3];
 	IdemMachine *m;
 	int			from;
@@ -237,23 +239,63 @@ idem_transition(PG_FUNCTION_ARGS)
 	from = state_arg(m, args[1], fname);
 	to = state_arg(m, args[2], fname);
 
-	if (from == to)
+	if (from == to && !strict)
 	{
 		idem_machine_unpin();
 		PG_RETURN_DATUM(PG_GETARG_DATUM(1));
 	}
-	if (!idem_machine_allows(m, from, to))
+	if (idem_machine_allows(m, from, to))
+	{
+		idem_machine_unpin();
+		PG_RETURN_DATUM(PG_GETARG_DATUM(2));
+	}
+	if (from == to)
 		ereport(ERROR,
-				(errcode(ERRCODE_IDEM_ILLEGAL_TRANSITION),
-				 errmsg("%s: illegal transition from \"%s\" to \"%s\"",
-						fname, idem_machine_state_name(m, from),
-						idem_machine_state_name(m, to)),
-				 errdetail("Machine \"%s\" does not allow the transition from \"%s\" to \"%s\".",
-						   idem_machine_name(m), idem_machine_state_name(m, from),
+				(errcode(ERRCODE_IDEM_REPEATED_TRANSITION),
+				 errmsg("%s: repeated transition to \"%s\"",
+						fname, idem_machine_state_name(m, to)),
+				 errdetail("The row is in state \"%s\" already, and machine \"%s\" does not declare a transition from \"%s\" to itself.",
+						   idem_machine_state_name(m, to), idem_machine_name(m),
 						   idem_machine_state_name(m, to)),
-				 errhint("%s", idem_machine_targets_hint(m, from))));
-	idem_machine_unpin();
-	PG_RETURN_DATUM(PG_GETARG_DATUM(2));
+				 errhint("The event has been applied already: treat it as a duplicate (the statement wrote nothing).")));
+	ereport(ERROR,
+			(errcode(ERRCODE_IDEM_ILLEGAL_TRANSITION),
+			 errmsg("%s: illegal transition from \"%s\" to \"%s\"",
+					fname, idem_machine_state_name(m, from),
+					idem_machine_state_name(m, to)),
+			 errdetail("Machine \"%s\" does not allow the transition from \"%s\" to \"%s\".",
+					   idem_machine_name(m), idem_machine_state_name(m, from),
+					   idem_machine_state_name(m, to)),
+			 errhint("%s", idem_machine_targets_hint(m, from))));
+}
+
+/*
+ * idem_transition(machine text, from_state text, to_state text) RETURNS text
+ *
+ * to_state when from_state -> to_state is declared; from_state unchanged
+ * when the two are equal (a repeated event: the rest of an UPDATE that
+ * calls it in its SET clause still runs).  Fails as transition_internal.
+ */
+Datum
+idem_transition(PG_FUNCTION_ARGS)
+{
+	return transition_internal(fcinfo, false, "idem_transition");
+}
+
+/*
+ * idem_transition_strict(machine text, from_state text, to_state text)
+ *   RETURNS text
+ *
+ * to_state when from_state -> to_state is declared, a declared move from
+ * a state to itself included; otherwise an error: ID006 when the two are
+ * equal (a repeated event, so that an UPDATE setting other columns with
+ * it fails as a whole instead of applying them again), ID004 for any
+ * other undeclared move.  Fails also as transition_internal.
+ */
+Datum
+idem_transition_strict(PG_FUNCTION_ARGS)
+{
+	return transition_internal(fcinfo, true, "idem_transition_strict");
 }
 
 /*

@@ -240,8 +240,8 @@ purge_shmem_startup(void)
 
 /*
  * Called from _PG_init: defines idempotency.purge_naptime,
- * purge_batch_size and purge_delay; when the library is being preloaded, also
- * idempotency.purge_databases and, if that is not empty, requests the
+ * purge_batch_size, purge_delay and purge_databases; when the library is
+ * being preloaded and purge_databases is not empty, also requests the
  * slots in shared memory and registers the launcher.
  */
 void
@@ -290,21 +290,28 @@ idem_worker_init(void)
 							NULL,
 							NULL);
 
-	/* A PGC_POSTMASTER setting can only be defined while preloading. */
-	if (!process_shared_preload_libraries_in_progress)
-		return;
-
+	/*
+	 * A PGC_POSTMASTER setting can only be defined while preloading.  Loaded
+	 * later, the library defines it as PGC_SIGHUP, which nothing reads (no
+	 * launcher runs): so that SET is refused as for a setting of
+	 * postgresql.conf and ALTER SYSTEM accepts it, instead of both calling
+	 * it unknown under the reserved prefix.
+	 */
 	DefineCustomStringVariable("idempotency.purge_databases",
 							   "Databases whose expired idempotency records a background worker purges.",
 							   "A comma-separated list of database names; empty (the default) disables the worker. "
-							   "Needs idempotency in shared_preload_libraries.",
+							   "Read at server start, with idempotency in shared_preload_libraries.",
 							   &purge_databases,
 							   "",
-							   PGC_POSTMASTER,
+							   process_shared_preload_libraries_in_progress ?
+							   PGC_POSTMASTER : PGC_SIGHUP,
 							   0,
 							   check_purge_databases,
 							   NULL,
 							   NULL);
+
+	if (!process_shared_preload_libraries_in_progress)
+		return;
 
 	names = database_list(purge_databases, &ok);
 	if (!ok || names == NIL)

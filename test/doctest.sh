@@ -6,10 +6,16 @@
 #
 #   ```sql            a block that runs.  The blocks of one page run in
 #   ...               order in one psql session (psql as a user would run
-#   ```               it: command tags printed), in a fresh cluster and a
-#                     fresh database of their own, as the superuser
-#                     postgres.  A block that shows no output must not
-#                     raise an error or a warning.
+#   ```               it: command tags printed), in a fresh database of
+#                     their own, as the superuser postgres.  A block that
+#                     shows no output must not raise an error or a warning.
+#
+# All pages run in one cluster, as a reader who follows them uses one
+# server: README.md first, then the pages in the order of PAGE_ORDER below,
+# then any other page of docs/ in name order.  So what a page leaves in
+# the cluster (roles above all: they are not per database) is there for
+# the pages after it, and a page must not create it again (CREATE ROLE app
+# is the README's).
 #
 #   ```text           right after a ```sql block (only blank lines between):
 #   ...               the exact output psql prints for that block, compared
@@ -20,8 +26,11 @@
 #                              is not run (driver code, a fragment).  Rare.
 #                              A reason may follow in parentheses:
 #                              <!-- doctest: skip (needs a Citus cluster) -->
-#   <!-- doctest: preload -->  anywhere in a page: its cluster runs with
-#                              shared_preload_libraries = 'idempotency'.
+#   <!-- doctest: preload -->  anywhere in a page: the cluster runs with
+#                              shared_preload_libraries = 'idempotency'
+#                              for that page (it is restarted with the
+#                              preload before the page, and without it
+#                              before the next page that has no marker).
 #   <!-- doctest: setup        hidden SQL, run at that point of the page
 #   ...                        (output not compared, errors fail).
 #   -->
@@ -39,17 +48,36 @@
 # when a page failed.
 #
 # Usage: bash test/doctest.sh [page.md ...]   (default: README.md docs/*.md)
-# Run by `bash test/run.sh docs` (suite docs of make test), which provides
-# the private installation; run alone, it builds one itself.
+# Named pages run in the same order, after README.md (which runs first
+# whether named or not, as the pages assume it).  Run by
+# `bash test/run.sh docs` (suite docs of make test), which provides the
+# private installation; run alone, it builds one itself.
 set -u
 . "$(dirname "$0")/harness.sh"
 
+# The order of the pages after README.md: that of the README's
+# Documentation table (managed.md, not in it yet, before the last).  Pages
+# of docs/ not listed here run after these, in name order.
+PAGE_ORDER=(docs/reference.md docs/state-machines.md docs/patterns.md
+            docs/guarantees.md docs/security.md docs/operations.md
+            docs/performance.md docs/citus.md docs/managed.md
+            docs/troubleshooting.md)
+
 cd "$IDEM_TOP" || exit 1
-pages=("$@")
-if [ ${#pages[@]} -eq 0 ]; then
-    pages=(README.md)
-    for p in docs/*.md; do [ -f "$p" ] && pages+=("$p"); done
-fi
+named=("$@")
+[ ${#named[@]} -gt 0 ] || named=(docs/*.md)
+# README.md, then the named pages in PAGE_ORDER, then the others named
+# (missing files are kept, to be reported).
+pages=(README.md)
+for p in "${PAGE_ORDER[@]}"; do
+    for n in "${named[@]}"; do
+        [ "$n" = "$p" ] && { pages+=("$p"); break; }
+    done
+done
+while IFS= read -r n; do
+    [ -n "$n" ] || continue
+    case " ${pages[*]} " in *" $n "*) ;; *) pages+=("$n") ;; esac
+done < <(printf '%s\n' "${named[@]}" | sort)
 
 own_work=0
 if [ "${IDEM_DOCTEST_INSTALLED:-0}" != 1 ]; then
@@ -71,6 +99,26 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 [ "$own_work" = 1 ] || [ -n "${IDEM_BINDIR:-}" ] || idem_die "IDEM_BINDIR is not set"
+
+# --- the cluster ---------------------------------------------------------------
+# One cluster for every page.  Its postgresql.conf includes preload.conf,
+# which holds the preload line while a page with the preload marker runs.
+DT_PRELOAD=off
+idem_cluster_start "$DT_WORK/cluster" "include_if_exists = 'preload.conf'"
+idem_as_pg touch "$IDEM_PGDATA/preload.conf"
+
+# set_preload on|off: restart the cluster with or without the preload,
+# when that changes.
+set_preload() {
+    [ "$1" = "$DT_PRELOAD" ] && return 0
+    if [ "$1" = on ]; then
+        echo "shared_preload_libraries = 'idempotency'" | idem_as_pg tee "$IDEM_PGDATA/preload.conf" >/dev/null
+    else
+        idem_as_pg truncate -s 0 "$IDEM_PGDATA/preload.conf"
+    fi
+    DT_PRELOAD=$1
+    idem_as_pg pg_ctl -D "$IDEM_PGDATA" -l "$IDEM_CLUSTER_DIR/server.log" -m fast -w -t 60 restart >/dev/null
+}
 
 # --- extraction ------------------------------------------------------------
 # extract PAGE OUTDIR: writes OUTDIR/NNN.sql (a block to run), NNN.kind
@@ -270,13 +318,13 @@ run_page() { # page
             done
             echo "\\echo '@@doctest-block end@@'"
         } >"$script"
-        local conf=()
-        [ -f "$dir/preload" ] && conf=("shared_preload_libraries = 'idempotency'")
-        idem_cluster_start "$dir/cluster" "${conf[@]}"
-        idem_psql -d postgres -c 'CREATE DATABASE doctest' >/dev/null 2>&1 \
-            || echo "could not create the database" >>"$problems"
-        idem_psql -d doctest -v ON_ERROR_STOP=0 <"$script" >"$dir/output" 2>&1
-        idem_cluster_stop
+        local db preload=off
+        db=doctest_$(basename "$page" .md | tr -c 'a-zA-Z0-9\n' '_' | tr 'A-Z' 'a-z')
+        [ -f "$dir/preload" ] && preload=on
+        set_preload "$preload" || echo "could not restart the cluster (preload $preload)" >>"$problems"
+        idem_psql -d postgres -c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db" >/dev/null 2>&1 \
+            || echo "could not create the database $db" >>"$problems"
+        idem_psql -d "$db" -v ON_ERROR_STOP=0 <"$script" >"$dir/output" 2>&1
         # split the output at the markers
         awk -v d="$dir" '
             /^@@doctest-block [0-9]+@@$/ { if (cur) close(cur); n = $2; sub(/@@$/, "", n); cur = d "/" n ".out"; printf "" > cur; next }

@@ -156,6 +156,11 @@ my %null_rules = (
 		[ q{'nm'}, q{'a'}, q{'b'} ],
 		[ '22004', 'ok:f', 'ok:f' ]
 	],
+	'idem_transition_strict(text,text,text)' => [
+		q{SELECT idem_machine_define('nm', '{"initial": ["a"], "transitions": {"a": ["b"]}}')},
+		[ q{'nm'}, q{'a'}, q{'b'} ],
+		[ '22004', '22004', '22004' ]
+	],
 	'idem_transition(text,text,text)' => [
 		q{SELECT idem_machine_define('nm', '{"initial": ["a"], "transitions": {"a": ["b"]}}')},
 		[ q{'nm'}, q{'a'}, q{'b'} ],

@@ -151,6 +151,7 @@ my %calls = (
 	# Public by design: they only read machine definitions.
 	'idem_can_transition(text,text,text)' => [ [ q{SELECT idem_can_transition('secm', 'new', 'paid')}, 'ok:t' ] ],
 	'idem_transition(text,text,text)'     => [ [ q{SELECT idem_transition('secm', 'new', 'paid')}, 'ok:paid' ] ],
+	'idem_transition_strict(text,text,text)' => [ [ q{SELECT idem_transition_strict('secm', 'new', 'paid')}, 'ok:paid' ] ],
 	'idem_guard_allows(text,text,text)'   => [ [ q{SELECT idem_guard_allows('secm', 'paid', 'new')}, 'ok:f' ] ],
 	'idem_sources(text,text)'             => [ [ q{SELECT idem_sources('secm', 'paid')}, 'ok:{new}' ] ],
 	# Public by design: a pure function of its argument (the CHECK on status).

@@ -78,6 +78,18 @@ sub in_rollback
 # function => [setup SQL, valid arguments, expected answer per position
 # when that argument alone is NULL: an SQLSTATE, 'ok', or 'ok:<output>'].
 my %null_rules = (
+	'idem_publish(text,jsonb,text,text,jsonb,text,text,integer)' => [q{SELECT idem_claim('s','k')}, [q{'t'},q{'{}'},q{'k'},q{'a'},q{'{}'},q{'s'},q{'T'},'0'], ['22004','ok:efd53398-9227-8cc2-808d-7bf0464890e3','22004','ok:efd53398-9227-8cc2-808d-7bf0464890e3','ok:efd53398-9227-8cc2-808d-7bf0464890e3','ok:f550a9ff-6c38-8a44-843b-dd30c90707c3','ok:efd53398-9227-8cc2-808d-7bf0464890e3','22004']],
+	'idem_outbox_id(text,text,text,integer)' => ['', [q{'t'},q{'k'},q{'s'},'0'], ['ok:','ok:','ok:f550a9ff-6c38-8a44-843b-dd30c90707c3','ok:']],
+	'idem_xid8_near(xid,xid8)' => ['', [q{'1'},q{'1'}], ['ok:','ok:']],
+	'idem_xact_claims()' => ['', [], []],
+	'idem_outbox_topic(text,text,interval)' => ['', [q{'t'},q{'table'},q{'1 day'}], ['22004','ok:','ok:']],
+	'idem_outbox_subscribe(text,text,boolean)' => ['', [q{'c'},q{'t'},'false'], ['22004','22004','22004']],
+	'idem_outbox_unsubscribe(text,text)' => ['', [q{'c'},q{'t'}], ['22004','22004']],
+	'idem_outbox_advance(text)' => ['', [q{'c'}], ['ok:']],
+	'idem_outbox_fetch(text,integer,interval)' => ['', [q{'c'},'10',q{'1 minute'}], ['22004','22004','22004']],
+	'idem_outbox_ack(text,uuid)' => ['', [q{'c'},q{'00000000-0000-8000-8000-000000000000'}], ['22004','22004']],
+	'idem_inbox(text,uuid,interval,text)' => ['', [q{'c'},q{'00000000-0000-8000-8000-000000000001'},q{'1 day'},q{'fp'}], ['22004','22004','ok:t','ok:t']],
+	'idem_outbox_purge(integer)' => ['', ['10'], ['22004']],
 	'idem_http_parse_key(text)' => [ '', [q{'k'}], ['ok:'] ],
 	'idem_http_problem(integer,text,text,text,text,jsonb)' => [
 		'', [ '500', q{'t'}, q{'d'}, q{'c'}, q{'u'}, q{'{}'} ], [ '22004', '22004', 'ok', 'ok', 'ok', 'ok' ] ],

@@ -101,6 +101,18 @@ my $TK = $one_time;
 # function => the calls that exercise it, and what a role without grants
 # gets: 42501, or (functions public by design) 'ok'.
 my %calls = (
+	'idem_outbox_id(text,text,text,integer)' => [ [ q{SELECT idem_outbox_id('t','k')}, 'ok:f550a9ff-6c38-8a44-843b-dd30c90707c3' ] ],
+	'idem_xid8_near(xid,xid8)' => [ [ q{SELECT idem_xid8_near('1','1')}, 'ok:1' ] ],
+	'idem_xact_claims()' => [ [ q{SELECT count(*) FROM idem_xact_claims()}, 'ok:0' ] ],
+	'idem_publish(text,jsonb,text,text,jsonb,text,text,integer)' => [ [ q{SELECT idem_publish('t','{}',key=>'k')}, '42501' ] ],
+	'idem_outbox_topic(text,text,interval)' => [ [ q{SELECT idem_outbox_topic('t')}, '42501' ] ],
+	'idem_outbox_subscribe(text,text,boolean)' => [ [ q{SELECT idem_outbox_subscribe('c','t')}, '42501' ] ],
+	'idem_outbox_unsubscribe(text,text)' => [ [ q{SELECT idem_outbox_unsubscribe('c','t')}, '42501' ] ],
+	'idem_outbox_advance(text)' => [ [ q{SELECT idem_outbox_advance(NULL)}, '42501' ] ],
+	'idem_outbox_fetch(text,integer,interval)' => [ [ q{SELECT * FROM idem_outbox_fetch('c')}, '42501' ] ],
+	'idem_outbox_ack(text,uuid)' => [ [ q{SELECT idem_outbox_ack('c','00000000-0000-8000-8000-000000000000')}, '42501' ] ],
+	'idem_inbox(text,uuid,interval,text)' => [ [ q{SELECT idem_inbox('c','00000000-0000-8000-8000-000000000001')}, '42501' ] ],
+	'idem_outbox_purge(integer)' => [ [ q{SELECT idem_outbox_purge()}, '42501' ] ],
 	'idem_http_parse_key(text)' => [ [ q{SELECT idem_http_parse_key('"k"')}, 'ok:k' ] ],
 	'idem_http_problem(integer,text,text,text,text,jsonb)' => [ [ q{SELECT (idem_http_problem(409, 'x')).status}, 'ok:409' ] ],
 	'idem_http_result(integer,jsonb,bytea,text[])' => [ [ q{SELECT idem_http_result(201) ->> 'status'}, 'ok:201' ] ],

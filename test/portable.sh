@@ -8,11 +8,16 @@
 #             missing) preloaded; a role in pgtle_admin without superuser
 #             registers build/tle/idempotency--pgtle.sql, creates the
 #             extension, grants an application role, which claims
+#   template1 (pg_tle) pg_tle and the registration in template1 too, as a
+#             provider's template would have them, so that a test that
+#             creates a database of its own can CREATE EXTENSION there
 #   regress   every test/sql test not listed as `regress NAME` in
 #             sql/portable/exceptions.txt, against the plain script (in
 #             public) and against the pg_tle extension (created by the
 #             pgtle_admin role); expected output from expected/, overlaid by
-#             test/portable/expected/ (each file listed there with its reason)
+#             test/portable/expected/ (each file listed there with its reason),
+#             and for the plain script by test/portable/expected-plain/;
+#             and the portable edition's own tests, test/portable/sql
 #   isolation every test/specs spec not listed as `isolation NAME`, the same
 #             two ways
 #   parity    test/portable/catalog.sql on the C edition (built into a
@@ -22,6 +27,8 @@
 #             functions of `omit-function` lines, `catalog-attribute` lines
 #             name what is not compared), and every `catalog` line must
 #             still be needed
+#   tap       test/portable/t/*.pl (prove): a database of the pg_tle edition
+#             dumped and restored into the C edition, which continues it
 # The installation is Debian's PostgreSQL 15 (PORTABLE_PG_CONFIG names
 # another); it must not have the C edition installed (pg_tle refuses to
 # register an extension whose control file exists).  Without the pg_tle
@@ -82,6 +89,14 @@ TLE=$WORK/clone/build/tle/idempotency--pgtle.sql
 mkdir -p "$WORK/src"
 cp -a "$IDEM_TOP/test" "$IDEM_TOP/expected" "$WORK/src/"
 cp "$IDEM_TOP"/test/portable/expected/*.out "$WORK/src/expected/" 2>/dev/null || true
+# behaviour permission-hint (exceptions.txt): no hint naming idem_grant.
+sed -i "/^HINT:  As the extension's owner, run: SELECT idem_grant(/d" "$WORK"/src/expected/*.out
+# The portable edition's own tests (test/portable/sql, their expected
+# output in test/portable/expected), run with the others.
+cp "$IDEM_TOP"/test/portable/sql/*.sql "$WORK/src/test/sql/" 2>/dev/null || true
+# The plain script's: the same, overlaid by test/portable/expected-plain/.
+cp -a "$WORK/src" "$WORK/src-plain"
+cp "$IDEM_TOP"/test/portable/expected-plain/*.out "$WORK/src-plain/expected/" 2>/dev/null || true
 cp "$PLAIN" "$TLE" "$WORK/"
 PLAIN=$WORK/$(basename "$PLAIN"); TLE=$WORK/$(basename "$TLE")
 [ "$(id -u)" -ne 0 ] || chown -R postgres: "$WORK"
@@ -123,10 +138,16 @@ make_db() { # name edition [schema]
         idem_psql -c "CREATE DATABASE $db" &&
         idem_as_pg env PGOPTIONS="-c idempotency.install_schema=$schema" \
             psql -X -q -v ON_ERROR_STOP=1 -h "$IDEM_PGHOST" -p "$IDEM_PGPORT" -U postgres -d "$db" -f "$PLAIN"
-    else
-        idem_psql -c "CREATE DATABASE $db OWNER idem_tle_admin" &&
+    elif [ "$ed" = tle-template0 ]; then
+        # From scratch: what a user does in a database of a managed service.
+        idem_psql -c "CREATE DATABASE $db OWNER idem_tle_admin TEMPLATE template0" &&
         idem_psql -d "$db" -c "CREATE EXTENSION pg_tle" -c "GRANT pgtle_admin TO idem_tle_admin" &&
         idem_psql -U idem_tle_admin -d "$db" -f "$TLE" >/dev/null &&
+        idem_psql -U idem_tle_admin -d "$db" -c "CREATE SCHEMA IF NOT EXISTS $schema" \
+            -c "CREATE EXTENSION idempotency SCHEMA $schema"
+    else
+        # template1 has pg_tle and the registration (step template1).
+        idem_psql -c "CREATE DATABASE $db OWNER idem_tle_admin" &&
         idem_psql -U idem_tle_admin -d "$db" -c "CREATE SCHEMA IF NOT EXISTS $schema" \
             -c "CREATE EXTENSION idempotency SCHEMA $schema"
     fi
@@ -135,7 +156,7 @@ make_db() { # name edition [schema]
 # --- tle: a non-superuser registers, creates, grants; the app claims ---------
 if [ "$have_tle" = 1 ]; then
     idem_log "step tle (non-superuser)"
-    if make_db idem_tle_smoke tle idem >"$WORK/tle.log" 2>&1 &&
+    if make_db idem_tle_smoke tle-template0 idem >"$WORK/tle.log" 2>&1 &&
        idem_psql -c "CREATE ROLE idem_tle_app LOGIN" >>"$WORK/tle.log" 2>&1 &&
        got=$(idem_psql -At -U idem_tle_admin -d idem_tle_smoke \
                 -c "SELECT rolsuper FROM pg_roles WHERE rolname = current_user" \
@@ -160,17 +181,29 @@ else
     skip tle-nonsuperuser "no pg_tle"
 fi
 
+# --- template1: pg_tle and the registration, for every database made later --
+if [ "$have_tle" = 1 ]; then
+    idem_log "step template1"
+    if idem_psql -d template1 -c "CREATE EXTENSION pg_tle" -c "GRANT pgtle_admin TO idem_tle_admin" >"$WORK/template1.log" 2>&1 &&
+       idem_psql -U idem_tle_admin -d template1 -f "$TLE" >>"$WORK/template1.log" 2>&1; then
+        ok template1
+    else
+        cat "$WORK/template1.log" >&2
+        bad template1 "registering the pg_tle edition in template1 failed"
+    fi
+fi
+
 # --- regress and isolation, the plain script and pg_tle ----------------------
 count_results() { # log -> "pass fail"
     echo "$(grep -cE ' \.\.\. +ok( |$)|^ok [0-9]+ ' "$1") $(grep -cE ' \.\.\. +FAILED|^not ok [0-9]+ ' "$1")"
 }
-run_suite() { # step driver db tests...
-    local step=$1 driver=$2 db=$3 out="$WORK/$1" log="$WORK/$1.log" rc p f; shift 3
+run_suite() { # step driver db src tests...
+    local step=$1 driver=$2 db=$3 src=$4 out="$WORK/$1" log="$WORK/$1.log" rc p f; shift 4
     idem_log "step $step"
     idem_as_pg mkdir -p "$out"
     idem_as_pg env PGOPTIONS="-c statement_timeout=${IDEM_STATEMENT_TIMEOUT:-180s}" \
         timeout --kill-after=10 "${IDEM_SUITE_TIMEOUT:-900}" "$driver" \
-        --inputdir="$WORK/src/test" --outputdir="$out" --bindir="$SYS_BINDIR" \
+        --inputdir="$src/test" --outputdir="$out" --bindir="$SYS_BINDIR" \
         --host="$IDEM_PGHOST" --port="$IDEM_PGPORT" --user=postgres --dbname="$db" --use-existing \
         --launcher="perl $WORK/src/test/portable/context_filter.pl" "$@" 2>&1 | tee "$log"
     rc=${PIPESTATUS[0]}
@@ -183,26 +216,34 @@ run_suite() { # step driver db tests...
 }
 
 regress_tests() { # edition
-    (cd "$IDEM_TOP/test/sql" && ls *.sql) | sed 's/\.sql$//' | sort |
+    (cd "$IDEM_TOP/test/sql" && ls *.sql; cd "$IDEM_TOP/test/portable/sql" && ls *.sql) | sed 's/\.sql$//' | sort |
         grep -vxF -f <(listed regress; [ "$1" != plain ] || listed regress-plain; echo .none.)
 }
 iso_tests=$(cd "$IDEM_TOP/test/specs" && ls *.spec | sed 's/\.spec$//' | sort | grep -vxF -f <(listed isolation; echo .none.))
 for name in $(listed regress) $(listed regress-plain); do [ -f "$IDEM_TOP/test/sql/$name.sql" ] || bad exceptions "regress $name: no test/sql/$name.sql"; done
 for name in $(listed isolation); do [ -f "$IDEM_TOP/test/specs/$name.spec" ] || bad exceptions "isolation $name: no test/specs/$name.spec"; done
-for f in "$IDEM_TOP"/test/portable/expected/*.out; do
-    [ -f "$f" ] || continue
-    grep -qE "^expected $(basename "$f" .out) " "$EXCEPTIONS" || bad exceptions "test/portable/expected/$(basename "$f") is not listed (expected NAME reason)"
+for kind in expected expected-plain; do
+    for f in "$IDEM_TOP"/test/portable/$kind/*.out; do
+        [ -f "$f" ] || continue
+        [ "$kind" = expected ] && [ -f "$IDEM_TOP/test/portable/sql/$(basename "$f" .out).sql" ] && continue
+        grep -qE "^$kind $(basename "$f" .out) " "$EXCEPTIONS" || bad exceptions "test/portable/$kind/$(basename "$f") is not listed ($kind NAME reason)"
+    done
+    for name in $(listed "$kind"); do
+        [ -f "$IDEM_TOP/test/portable/$kind/$name.out" ] || bad exceptions "$kind $name: no test/portable/$kind/$name.out"
+    done
 done
 PGXS_DIR=$IDEM_PGXS_DIR
 
 editions=(plain)
 [ "$have_tle" = 1 ] && editions+=(tle)
 for ed in "${editions[@]}"; do
+    src=$WORK/src
+    [ "$ed" != plain ] || src=$WORK/src-plain
     if make_db "idem_regress_$ed" "$ed" >"$WORK/db_$ed.log" 2>&1 && make_db "idem_iso_$ed" "$ed" >>"$WORK/db_$ed.log" 2>&1; then
         # shellcheck disable=SC2086
-        run_suite "regress-$ed" "$PGXS_DIR/src/test/regress/pg_regress" "idem_regress_$ed" $(regress_tests "$ed")
+        run_suite "regress-$ed" "$PGXS_DIR/src/test/regress/pg_regress" "idem_regress_$ed" "$src" $(regress_tests "$ed")
         # shellcheck disable=SC2086
-        run_suite "isolation-$ed" "$PGXS_DIR/src/test/isolation/pg_isolation_regress" "idem_iso_$ed" $iso_tests
+        run_suite "isolation-$ed" "$PGXS_DIR/src/test/isolation/pg_isolation_regress" "idem_iso_$ed" "$src" $iso_tests
     else
         cat "$WORK/db_$ed.log" >&2
         bad "install-$ed" "installing the $ed edition failed"
@@ -237,6 +278,36 @@ else
     bad parity "creating the C edition failed"
 fi
 [ "$have_tle" = 1 ] || skip parity-tle "no pg_tle"
+
+# --- tap: from the pg_tle edition to the C edition by pg_dump -----------------
+# test/portable/t/*.pl with the two installations: the system's (pg_tle,
+# no C edition) and the private one built for parity (the C edition).
+if [ "$have_tle" = 1 ]; then
+    idem_log "step tap"
+    idem_as_pg mkdir -p "$WORK/tap"
+    (cd "$WORK/src" && idem_as_pg env \
+        PERL5LIB="$IDEM_PGXS_DIR/src/test/perl" \
+        PG_REGRESS="$IDEM_PGXS_DIR/src/test/regress/pg_regress" \
+        TESTDIR="$WORK/tap" \
+        IDEM_TLE_INSTALL="$(dirname "$SYS_BINDIR")" IDEM_C_INSTALL="$(dirname "$IDEM_BINDIR")" \
+        IDEM_TLE_FILE="$TLE" \
+        timeout --kill-after=10 "${IDEM_SUITE_TIMEOUT:-900}" \
+        prove test/portable/t/*.pl) >"$WORK/tap.log" 2>&1
+    rc=$?
+    cat "$WORK/tap.log"
+    tap_files=$(grep -cE '^test/portable/t/\S+\.pl \.+ ' "$WORK/tap.log")
+    tap_bad=$(grep -cE '^test/portable/t/\S+\.pl \.+ .*(Dubious|Failed)' "$WORK/tap.log")
+    if [ "$rc" -ne 0 ] && [ "$tap_bad" -eq 0 ]; then tap_bad=1; fi
+    record tap $((tap_files - tap_bad)) "$tap_bad"
+    if [ "$tap_bad" -gt 0 ]; then
+        failures+=("tap: see $WORK/tap/tmp_check/log (KEEP_WORK=1 keeps it)")
+        for f in "$WORK"/tap/tmp_check/log/regress_log_*; do
+            [ -f "$f" ] && { echo "---- $f (last 60 lines)"; tail -n 60 "$f"; }
+        done
+    fi
+else
+    skip tap "no pg_tle"
+fi
 
 echo
 if [ ${#failures[@]} -gt 0 ]; then

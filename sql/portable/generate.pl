@@ -22,6 +22,10 @@
 #     the block `-- portable: SYMBOL` of sql/portable/*.sql instead of
 #     its C symbol: `LANGUAGE C` becomes that block's LANGUAGE and the
 #     block's `AS $$ ... $$` is appended;
+#   - a block may include fragments shared with other blocks: a line
+#     `@@NAME@@` is replaced by the text of `-- portable-fragment: NAME`
+#     then `FRAGMENT AS $$ ... $$;` in sql/portable/*.sql (fragments may
+#     include fragments; an unused or undefined fragment is an error);
 #   - a C function without such a block must be named in
 #     sql/portable/exceptions.txt (`omit-function NAME reason`); it is
 #     left out, with the COMMENT, GRANT, REVOKE and CREATE TRIGGER
@@ -113,21 +117,52 @@ sub statements {
 }
 
 # The portable bodies: `-- portable: SYMBOL` then LANGUAGE x AS $$...$$;
-my %body;
-my %body_file;
+# and the fragments they share: `-- portable-fragment: NAME` then
+# FRAGMENT AS $$...$$; whose text replaces every line `@@NAME@@` of a body
+# or of another fragment (PL/pgSQL has no helper functions that both
+# editions would not list; a fragment is a nested DECLARE ... BEGIN ... END
+# block working on the variables its header comment names).
+my (%body, %body_file, %fragment, %fragment_file, %fragment_used);
 for my $file (sort glob("$here/*.sql")) {
     for my $s (statements(slurp($file), $file)) {
         my ($lead, $stmt) = @$s;
         next if $stmt eq '';
-        my @markers = $lead =~ /^-- portable: (\w+)\s*$/mg;
-        @markers == 1 or fail("$file: each statement needs one `-- portable: SYMBOL` line before it:\n$stmt");
-        my $sym = $markers[0];
+        my @markers = $lead =~ /^-- portable(-fragment)?: (\w+)\s*$/mg;
+        @markers == 2 or fail("$file: each statement needs one `-- portable: SYMBOL` or `-- portable-fragment: NAME` line before it:\n$stmt");
+        my ($is_fragment, $sym) = @markers;
+        if ($is_fragment) {
+            fail("$file: two fragments $sym (also in $fragment_file{$sym})") if exists $fragment{$sym};
+            $stmt =~ /^\s*FRAGMENT\s+AS\s+(\$[A-Za-z_]*\$)\n?(.*?)\1\s*;\s*(--.*)?$/s
+                or fail("$file: the fragment $sym must be `FRAGMENT AS \$\$ ... \$\$;`");
+            $fragment{$sym} = $2;
+            $fragment_file{$sym} = $file;
+            next;
+        }
         fail("$file: two bodies for $sym (also in $body_file{$sym})") if exists $body{$sym};
         $stmt =~ /^\s*(LANGUAGE\s+\w+)\s+(AS\s+(\$[A-Za-z_]*\$).*\3)\s*;\s*(--.*)?$/s
             or fail("$file: the block of $sym must be `LANGUAGE name AS \$\$ ... \$\$;`");
         $body{$sym} = [$1, $2];
         $body_file{$sym} = $file;
     }
+}
+
+# Expand the @@NAME@@ lines of a text (fragments may use fragments).
+sub expand {
+    my ($text, $where, $depth) = @_;
+    fail("$where: fragments nested more than 8 deep") if $depth > 8;
+    $text =~ s{^([ \t]*)\@\@(\w+)\@\@[ \t]*\n}{
+        my ($indent, $name) = ($1, $2);
+        fail("$where uses the fragment $name, which sql/portable/*.sql does not define") unless exists $fragment{$name};
+        $fragment_used{$name} = 1;
+        my $f = expand($fragment{$name}, "fragment $name", $depth + 1);
+        $f =~ s/^(?=.)/$indent/mg;
+        $f;
+    }gme;
+    fail("$where: \@\@NAME\@\@ must stand alone on its line") if $text =~ /\@\@\w+\@\@/;
+    return $text;
+}
+for my $sym (keys %body) {
+    $body{$sym}[1] = expand($body{$sym}[1], "the body of $sym", 0);
 }
 
 my (@out, %used, %omitted, %declared);
@@ -182,6 +217,9 @@ for my $file (@ARGV) {
 }
 for my $sym (sort keys %body) {
     fail("$body_file{$sym}: the body `-- portable: $sym` is used by no C declaration") unless $used{$sym};
+}
+for my $name (sort keys %fragment) {
+    fail("$fragment_file{$name}: the fragment `-- portable-fragment: $name` is used by no body") unless $fragment_used{$name};
 }
 for my $name (sort keys %omit) {
     fail("exceptions.txt: omit-function $name, but no C function of that name is declared") unless $declared{$name};

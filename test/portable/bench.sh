@@ -9,14 +9,19 @@
 # idempotency, database bench_p the portable plain script in public; both
 # have bench/schema.sql (bench_claims, the hand-written table).  Each round
 # runs, for new keys and for duplicates, the hand-written INSERT, the
-# portable claim and the C claim, one after the other (bench/*.pgbench:
-# new_insert, new_claim, dup_insert, dup_claim), with pgbench -M prepared.
-#   PBENCH_SECONDS [8]  PBENCH_ROUNDS [2]  PBENCH_CLIENTS [2]
+# portable claim and the C claim (bench/*.pgbench: new_insert, new_claim,
+# dup_insert, dup_claim), with pgbench -M prepared, alternating: the
+# round's PBENCH_SECONDS per run are cut into PBENCH_SLICES slices, and the
+# three take turns slice by slice, so that a change in the machine's load
+# (a shared machine) falls on all three alike; a run's tps is its
+# transactions over its seconds.
+#   PBENCH_SECONDS [8]  PBENCH_SLICES [4]  PBENCH_ROUNDS [2]  PBENCH_CLIENTS [2]
 #   PBENCH_DUP_ROWS [100000]  PBENCH_SYNC [off]: synchronous_commit
 set -u
 . "$(dirname "$0")/../harness.sh"
 
 SECS=${PBENCH_SECONDS:-8}
+SLICES=${PBENCH_SLICES:-4}
 ROUNDS=${PBENCH_ROUNDS:-2}
 CLIENTS=${PBENCH_CLIENTS:-2}
 DUP_ROWS=${PBENCH_DUP_ROWS:-100000}
@@ -46,20 +51,28 @@ for db in bench_c bench_p; do
         -c "VACUUM ANALYZE" >/dev/null
 done
 
-run() { # db script -> tps
-    idem_as_pg pgbench -n -M prepared -c "$CLIENTS" -j "$CLIENTS" -T "$SECS" -D dup_rows="$DUP_ROWS" \
+run() { # db script seconds -> transactions
+    idem_as_pg pgbench -n -M prepared -c "$CLIENTS" -j "$CLIENTS" -T "$3" -D dup_rows="$DUP_ROWS" \
         -h "$IDEM_PGHOST" -p "$IDEM_PGPORT" -U postgres -f "$WORK/s/$2" "$1" 2>&1 |
-        sed -nE 's/^tps = ([0-9.]+).*/\1/p' | head -n 1
+        sed -nE 's/^number of transactions actually processed: ([0-9]+).*/\1/p' | head -n 1
 }
+slice=$(awk -v s="$SECS" -v n="$SLICES" 'BEGIN { x = int(s / n); if (x < 1) x = 1; print x }')
 
-echo "portable vs hand-written vs C: pgbench -M prepared -c $CLIENTS -T $SECS, synchronous_commit = $SYNC, PostgreSQL $IDEM_PG_MAJOR"
+echo "portable vs hand-written vs C: pgbench -M prepared -c $CLIENTS, $SLICES slices of $slice s each, alternating; synchronous_commit = $SYNC, PostgreSQL $IDEM_PG_MAJOR"
 printf '%-6s %-5s %12s %12s %12s %16s %10s\n' round pair hand_tps portable_tps c_tps portable/hand c/hand
 for r in $(seq 1 "$ROUNDS"); do
     for pair in new dup; do
-        h=$(run bench_p "${pair}_insert.pgbench")
-        p=$(run bench_p "${pair}_claim.pgbench")
-        c=$(run bench_c "${pair}_claim.pgbench")
-        printf '%-6s %-5s %12s %12s %12s %16s %10s\n' "$r" "$pair" "$h" "$p" "$c" \
+        h=0; p=0; c=0
+        for _ in $(seq 1 "$SLICES"); do
+            h=$((h + $(run bench_p "${pair}_insert.pgbench" "$slice")))
+            p=$((p + $(run bench_p "${pair}_claim.pgbench" "$slice")))
+            c=$((c + $(run bench_c "${pair}_claim.pgbench" "$slice")))
+        done
+        t=$((SLICES * slice))
+        printf '%-6s %-5s %12.0f %12.0f %12.0f %16s %10s\n' "$r" "$pair" \
+            "$(awk -v a="$h" -v t="$t" 'BEGIN { print a / t }')" \
+            "$(awk -v a="$p" -v t="$t" 'BEGIN { print a / t }')" \
+            "$(awk -v a="$c" -v t="$t" 'BEGIN { print a / t }')" \
             "$(awk -v a="$p" -v b="$h" 'BEGIN { printf "%.2f", a / b }')" \
             "$(awk -v a="$c" -v b="$h" 'BEGIN { printf "%.2f", a / b }')"
     done

@@ -35,7 +35,10 @@
  *	  Citus 13 (the version whose signatures were read: pg_extension's
  *	  extversion "13.x"), and only when citus.enable_local_execution is on.
  *	  Otherwise, or for anything unexpected, the claim runs as SQL through
- *	  Citus, which is always correct.
+ *	  Citus, which is always correct.  Citus built for PostgreSQL 16 and
+ *	  later exports none of the three (PGXS compiles modules with
+ *	  -fvisibility=hidden there, and only Citus's SQL-callable functions
+ *	  are marked for export), so there the fast path always declines.
  *
  *	  Cache: the shard ranges of idem_records and whether each shard's
  *	  only placement is local, read from Citus's catalogs once and kept in

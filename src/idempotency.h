@@ -201,6 +201,7 @@ extern bool idem_shard_current(Datum *value);
 extern Datum idem_shard_call(FunctionCallInfo fcinfo, Oid nsp, PGFunction target,
 							 const char *fname);
 extern char *idem_shard_rewrite(const char *sql, int param);
+IDEM_NORETURN extern void idem_shard_refuse(Oid fn_oid, Oid nsp);
 
 /*
  * claim.c: deciding one key (idem_claim; the decision idem_claim_many and

@@ -75,6 +75,12 @@ typedef struct SchemaCacheEntry
 
 static SchemaCacheEntry schema_cache[SCHEMA_CACHE_SIZE];
 
+/*
+ * The function whose call asked idem_extension_schema last: the function
+ * running now, which a keyed statement's 55000 names (shard.c).
+ */
+static Oid	caller_fn_oid = InvalidOid;
+
 /* Every IdemQuery that has been prepared in this backend (static structs). */
 static List *prepared_queries = NIL;
 
@@ -114,6 +120,7 @@ idem_extension_schema(FunctionCallInfo fcinfo)
 	SchemaCacheEntry *e = &schema_cache[fn_oid % SCHEMA_CACHE_SIZE];
 	Oid			nsp;
 
+	caller_fn_oid = fn_oid;
 	if (e->fn_oid == fn_oid && OidIsValid(fn_oid))
 		return e->nsp;
 
@@ -266,8 +273,9 @@ query_run(IdemQuery *q, SPIPlanPtr plan, Datum *values, const char *nulls,
  * violations) propagate unchanged, but for a permission error on the
  * extension's own objects, which gets a hint naming idem_grant.  A keyed
  * statement on records with a shard key gets the current shard key as its
- * last argument, or fails with 55000 outside an F_at call.  A negative
- * SPI result code is a bug.
+ * last argument, or fails with 55000 outside an F_at call, naming the
+ * twin of the function running (shard.c).  A negative SPI result code is
+ * a bug.
  */
 int
 idem_query_exec(IdemQuery *q, Oid nsp, Datum *values, const char *nulls,
@@ -282,11 +290,7 @@ idem_query_exec(IdemQuery *q, Oid nsp, Datum *values, const char *nulls,
 		return query_run(q, plan, values, nulls, read_only, count);
 
 	if (!idem_shard_current(&key))
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("idem_records is distributed by a shard key"),
-				 errdetail("idem_distribute(shard_key => ...) made (shard_key, scope, key) the identity of a record, so every call must say which shard key its key belongs to."),
-				 errhint("Call the function's _at twin with the shard key first, for example idem_claim_at(customer_id, scope, key).")));
+		idem_shard_refuse(caller_fn_oid, nsp);
 	memcpy(shard_values, values, q->nargs * sizeof(Datum));
 	shard_values[q->nargs] = key;
 	if (nulls != NULL)

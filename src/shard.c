@@ -10,7 +10,7 @@
  *	  record then has to be told the shard key: its twin F_at(shard_key,
  *	  scope, key, ...) (sql/idempotency_shard.sql).
  *
- *	  This file holds the three pieces of that, and calls no other file of
+ *	  This file holds the four pieces of that, and calls no other file of
  *	  src/:
  *	  - idem_shard_type: the type of idem_records.shard_key in a schema, or
  *	    InvalidOid when the column does not exist (the usual case, and the
@@ -22,32 +22,45 @@
  *	    argument to the column's type, makes it the current shard key, and
  *	    calls F's C function with the remaining arguments (the same flinfo,
  *	    so the same schema, result type and set-returning context), then
- *	    restores the previous current key, also on error.
+ *	    restores the previous current key, also on error.  Citus's error
+ *	    for a distributed query from inside a query on a shard (a twin
+ *	    called in a query that Citus sent to a shard's node) becomes 0A000
+ *	    naming the twin, with the shape that works in its hint: writing
+ *	    the record into the co-located shard there instead would hide the
+ *	    write from Citus's commit (docs/citus.md).
  *	  - idem_shard_rewrite: the text of a statement that addresses one
  *	    record by ($1 scope, $2 key), with the shard key added as one more
  *	    parameter: in the WHERE clause, the INSERT column list and VALUES,
  *	    and the ON CONFLICT arbiter.  query.c prepares that text instead
  *	    of the statement's own while idem_records has the column, and
  *	    passes idem_shard_current's value as the extra parameter; a call
- *	    without a current shard key fails there with 55000, naming the
- *	    twin to call.
+ *	    without a current shard key fails there with 55000.
+ *	  - idem_shard_refuse: that 55000.  Its message names the function that
+ *	    ran the statement (query.c remembers the last function that asked
+ *	    for the extension's schema: the one running), its hint that
+ *	    function's own twin with the twin's argument names from pg_proc.
  *
  *	  Memory: the converted key lives in the caller's memory context for
  *	  the duration of the call; nothing else is allocated beyond the
- *	  rewritten text (caller's context).  No locks: the catalog look-ups
- *	  are syscache probes.  Visibility: that of the catalogs at the time of
- *	  the probe; a concurrent ALTER TABLE is seen once it commits and its
- *	  invalidation arrives.
+ *	  rewritten text and the errors' texts (caller's context).  No locks:
+ *	  the catalog look-ups are syscache probes.  Visibility: that of the
+ *	  catalogs at the time of the probe; a concurrent ALTER TABLE is seen
+ *	  once it commits and its invalidation arrives.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
+#include "access/htup_details.h"
+#include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
 #include "fmgr.h"
+#include "funcapi.h"
 #include "lib/stringinfo.h"
+#include "utils/catcache.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
+#include "utils/syscache.h"
 
 #include "idempotency.h"
 
@@ -142,6 +155,83 @@ shard_convert(FunctionCallInfo fcinfo, Oid coltype, const char *fname)
 	return OidInputFunctionCall(input, str, ioparam, -1);
 }
 
+/* The twins, for a caller that has none (a can't-happen, see below). */
+static const char *const shard_twins =
+"idem_claim_at, idem_claim_many_at, idem_complete_at, idem_lookup_at, "
+"idem_release_at, idem_begin_at, idem_heartbeat_at, idem_finish_at, "
+"idem_fail_at, idem_await_at, idem_token_issue_at, idem_token_consume_at";
+
+/*
+ * "twin(arg, ...)": the function twin of schema nsp with the names of its
+ * input arguments, or NULL when nsp has no function of that name.  With
+ * example, a call instead: example as the shard key, and the arguments
+ * without a default only.
+ */
+static char *
+shard_twin_signature(const char *twin, Oid nsp, const char *example)
+{
+	CatCList   *list = SearchSysCacheList1(PROCNAMEARGSNSP, CStringGetDatum(twin));
+	StringInfoData buf;
+	bool		found = false;
+	int			i;
+
+	initStringInfo(&buf);
+	for (i = 0; i < list->n_members && !found; i++)
+	{
+		HeapTuple	tup = &list->members[i]->tuple;
+		Form_pg_proc proc = (Form_pg_proc) GETSTRUCT(tup);
+		Oid		   *types;
+		char	  **names;
+		char	   *modes;
+		int			nargs;
+		int			j;
+		int			shown = 0;
+
+		if (proc->pronamespace != nsp)
+			continue;
+		found = true;
+		nargs = get_func_arg_info(tup, &types, &names, &modes);
+		appendStringInfo(&buf, "%s(", twin);
+		for (j = 0; j < nargs; j++)
+		{
+			if (modes != NULL && modes[j] != PROARGMODE_IN &&
+				modes[j] != PROARGMODE_INOUT && modes[j] != PROARGMODE_VARIADIC)
+				continue;
+			if (example != NULL && shown >= proc->pronargs - proc->pronargdefaults)
+				break;
+			if (shown++ > 0)
+				appendStringInfoString(&buf, ", ");
+			if (example != NULL && shown == 1)
+				appendStringInfoString(&buf, example);
+			else if (names != NULL && names[j][0] != '\0')
+				appendStringInfoString(&buf, names[j]);
+			else
+				appendStringInfo(&buf, "$%d", j + 1);
+		}
+		appendStringInfoChar(&buf, ')');
+	}
+	ReleaseSysCacheList(list);
+	if (!found)
+	{
+		pfree(buf.data);
+		return NULL;
+	}
+	return buf.data;
+}
+
+/*
+ * Citus's error for a distributed query run from inside a query on a shard
+ * (Citus 13's EnsureTaskExecutionAllowed, SQLSTATE XX000), as edata.
+ */
+static bool
+shard_citus_nested(ErrorData *edata)
+{
+	static const char nested[] = "cannot execute a distributed query from a query on a shard";
+
+	return edata->sqlerrcode == ERRCODE_INTERNAL_ERROR && edata->message != NULL &&
+		strncmp(edata->message, nested, sizeof(nested) - 1) == 0;
+}
+
 /*
  * The body of F_at(shard_key "any", args of F...): call target (F's C
  * function) with args, shard_key being the current shard key meanwhile.
@@ -158,7 +248,8 @@ idem_shard_call(FunctionCallInfo fcinfo, Oid nsp, PGFunction target,
 	Oid			coltype = idem_shard_type(nsp);
 	bool		saved_set = shard_current_set;
 	Datum		saved_value = shard_current_value;
-	Datum		result;
+	MemoryContext cxt = CurrentMemoryContext;
+	Datum		result = (Datum) 0;
 	int			i;
 
 	if (!OidIsValid(coltype))
@@ -185,15 +276,70 @@ idem_shard_call(FunctionCallInfo fcinfo, Oid nsp, PGFunction target,
 	{
 		result = target(inner);
 	}
-	PG_FINALLY();
+	PG_CATCH();
 	{
+		ErrorData  *edata;
+		char	   *example;
+
 		shard_current_set = saved_set;
 		shard_current_value = saved_value;
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		if (!shard_citus_nested(edata))
+		{
+			FreeErrorData(edata);
+			PG_RE_THROW();
+		}
+		FlushErrorState();
+		example = shard_twin_signature(fname, nsp, "42");
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("%s: cannot run inside a query on a shard of a distributed table", fname),
+				 errdetail("Citus runs the query that calls %s on the node of the shard, where the function's statements on idem_records would be a distributed query inside a query on a shard, which Citus refuses; a record written into the co-located shard there instead would be a write that Citus takes for a read and leaves out of its two-phase commit.", fname),
+				 errhint("Call %s in a statement of its own, with the shard key as a value, for example SELECT %s; then query the table in the same transaction: with the records co-located with the table, both run on the shard's worker in one transaction.",
+						 fname, example ? example : fname)));
 	}
 	PG_END_TRY();
+	shard_current_set = saved_set;
+	shard_current_value = saved_value;
 
 	fcinfo->isnull = inner->isnull;
 	return result;
+}
+
+/*
+ * Fail with 55000: fn_oid, a function without _at (the one running, as
+ * query.c last saw it), ran a keyed statement on records with a shard key
+ * (schema nsp).  The message names the function; the hint its twin, with
+ * the twin's arguments, or every twin when the function has none (no
+ * function without a twin runs a keyed statement: a can't-happen).
+ */
+void
+idem_shard_refuse(Oid fn_oid, Oid nsp)
+{
+	char	   *fname = OidIsValid(fn_oid) ? get_func_name(fn_oid) : NULL;
+	char	   *twin = NULL;
+	char	   *hint;
+
+	if (fname != NULL && strcmp(fname, "idem_claim") == 0 && get_func_nargs(fn_oid) == 1)
+		hint = pstrdup("Call idem_claim_at(shard_key, '', key) instead: idem_claim(key) with the shard key first, in the scope '' that idem_claim(key) claims in.");
+	else
+	{
+		if (fname != NULL)
+			twin = shard_twin_signature(psprintf("%s_at", fname), nsp, NULL);
+		if (twin != NULL)
+			hint = psprintf("Call %s instead: %s with the shard key first.", twin, fname);
+		else
+			hint = psprintf("Call the function's _at twin with the shard key first: %s.", shard_twins);
+	}
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 fname != NULL ?
+			 errmsg("%s: idem_records is distributed by a shard key", fname) :
+			 errmsg("idem_records is distributed by a shard key"),
+			 errdetail("idem_distribute(shard_key => ...) made (shard_key, scope, key) the identity of a record, so every call must say which shard key its key belongs to."),
+			 errhint("%s", hint)));
+	pg_unreachable();
 }
 
 /* buf gets src with every "from" replaced by "to"; the number replaced. */

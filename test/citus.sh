@@ -1,19 +1,22 @@
 #!/usr/bin/env bash
-# Install Citus for the scale-out TAP tests (test/t/020_citus.pl to
-# 023_citus_shard_key.pl).
+# Install Citus for the scale-out TAP tests (test/t/*citus*.pl: 020_citus.pl
+# to 025_citus_purge.pl).
 #
 # When citus.so is missing from PG_CONFIG's pkglibdir (default: Debian's
-# PostgreSQL 15, /usr/lib/postgresql/15/bin/pg_config; Citus 13.2.2 supports
+# PostgreSQL 15, /usr/lib/postgresql/15/bin/pg_config; or a source build of
+# 16 or 17, /var/cache/idempotency/pgNN/bin/pg_config; Citus 13.2.2 supports
 # PostgreSQL 15-17 only) and the source snapshot ../shared/citus (beside the
 # checkout) exists, this installs Citus's Debian build dependencies (after
 # apt-get update, as root; it says which) and builds and installs Citus with
 # ../shared/citus/build.sh (about 5 minutes on 2 cores).  Otherwise it says
-# what is missing and exits 0: the TAP test then skips ("citus not
+# what is missing and exits 0: the TAP tests then skip ("citus not
 # installed").  The test harness copies PostgreSQL's lib directory into its
 # private installation at each run, so a citus.so installed here is seen by
 # the tests.
 #
-# Usage: bash test/citus.sh          (CI: before the test matrix)
+# Usage: [PG_CONFIG=...] bash test/citus.sh
+# (CI: test/matrix.sh calls it for each major of MATRIX_CITUS, with that
+# major's PG_CONFIG, before the major's suites.)
 set -u
 . "$(dirname "$0")/harness.sh"
 

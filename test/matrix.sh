@@ -6,10 +6,19 @@
 #   MATRIX_FULL="15 16 17 18 19"   majors that run every suite (default: all)
 #   MATRIX_QUICK=""                majors that run build + regress (on a
 #                                  server without the preload) + isolation
-#                                  + the extension-upgrade TAP test
+#                                  + the extension-upgrade TAP test (+ the
+#                                  Citus TAP tests, see MATRIX_CITUS)
 #   MATRIX_UPGRADE="17:19"         OLD:NEW: the pg_upgrade TAP test runs in
 #                                  NEW's tap suite, from a cluster of OLD
 #                                  (empty: not run)
+#   MATRIX_CITUS=""                majors with Citus (15 to 17; CI: "15 16
+#                                  17"): test/citus.sh builds Citus into
+#                                  each when it is missing (as root, about
+#                                  5 minutes, once), and a quick major runs
+#                                  the Citus TAP tests (test/t/*citus*.pl)
+#                                  in its tap suite too (a full major runs
+#                                  them anyway); a listed major still
+#                                  without citus.so after that fails
 #   IDEM_PG_CACHE=DIR              where source builds live, as DIR/pgNN
 #                                  (default /var/cache/idempotency as root,
 #                                  else ~/.cache/idempotency)
@@ -28,6 +37,7 @@ set -u
 MATRIX_FULL=${MATRIX_FULL-15 16 17 18 19}
 MATRIX_QUICK=${MATRIX_QUICK-}
 MATRIX_UPGRADE=${MATRIX_UPGRADE-17:19}
+MATRIX_CITUS=${MATRIX_CITUS-}
 if [ "$(id -u)" -eq 0 ]; then
     IDEM_PG_CACHE=${IDEM_PG_CACHE:-/var/cache/idempotency}
 else
@@ -68,18 +78,36 @@ total_f=0
 total_s=0
 T0=$(date +%s)
 
+# Is major v listed in MATRIX_CITUS?
+citus_major() { # v
+    local w
+    for w in $MATRIX_CITUS; do [ "$w" = "$1" ] && return 0; done
+    return 1
+}
+
 run_major() { # v kind
-    local v=$1 kind=$2 pgc log line suites=() extra=() t0
+    local v=$1 kind=$2 pgc log line suites=() extra=() t0 taps
     pgc=$(pg_config_of "$v")
     if [ -z "$pgc" ]; then
         rows+=("$(printf '%-4s %-6s %s' "$v" "$kind" "missing: no pg_config (set PG_CONFIG_$v, or IDEM_PG_SOURCES to the source snapshots)")")
         total_f=$((total_f + 1))
         return
     fi
+    if citus_major "$v"; then
+        PG_CONFIG="$pgc" bash "$IDEM_TOP/test/citus.sh" >&2
+        if [ ! -f "$("$pgc" --pkglibdir)/citus.so" ]; then
+            rows+=("$(printf '%-4s %-6s %s' "$v" "$kind" "missing: citus.so (test/citus.sh did not install it, see above)")")
+            total_f=$((total_f + 1))
+        fi
+    fi
     if [ "$kind" = quick ]; then
         suites=(regress isolation tap)
+        taps=test/t/009_upgrade.pl
+        if citus_major "$v"; then
+            taps="$taps $(cd "$IDEM_TOP" && echo test/t/*citus*.pl)"
+        fi
         # ... and regress on a server without the preload (stats_1.out).
-        extra=(TAP_TESTS=test/t/009_upgrade.pl IDEM_REGRESS_PRELOAD=0)
+        extra=(TAP_TESTS="$taps" IDEM_REGRESS_PRELOAD=0)
     fi
     if [ "$kind" = full ] && [ -n "$MATRIX_UPGRADE" ] && [ "$v" = "$upgrade_new" ]; then
         local oldpgc

@@ -261,9 +261,14 @@ if ($delegated eq 't')
 	cmp_ok( cq("SELECT coalesce(sum(claimed + duplicates), 0) FROM idem_cluster_stats() WHERE scope = 'auto'"),
 		'>', 0, 'and were counted there');
 }
+# The keys are read first (a subquery that Citus runs before the rest),
+# then claimed on the coordinator: idem_claim in a query on idem_records
+# itself would run on the shards, where without the fast path (PostgreSQL
+# 16 and later, see 020_citus.pl) it is a distributed query inside a query
+# on a shard, which Citus refuses.
 my ($autos, $auto_new) = split /\|/, cq(q{
-	SELECT count(*), count(*) FILTER (WHERE idem_claim('auto', key))
-	  FROM (SELECT key FROM idem_records WHERE scope = 'auto') AS r});
+	SELECT count(*), count(*) FILTER (WHERE idem_claim('auto', k))
+	  FROM unnest((SELECT array_agg(key) FROM idem_records WHERE scope = 'auto')) AS k});
 note "autocommit claims: $autos records";
 ok($autos > 0 && $autos <= 400, 'the autocommit claims left one record per key at most');
 is($auto_new, '0', 'and each of those keys is a duplicate');

@@ -144,14 +144,56 @@ for my $end (qw(COMMIT ROLLBACK))
 
 # ------------------------------------------------ errors
 ($ret, $out, $err) = try_sql(q{SELECT idem_claim('pay', 'order-1')});
-like($err, qr/55000: idem_records is distributed by a shard key/, 'idem_claim without the shard key: 55000');
-like($err, qr/HINT:  Call the function's _at twin/, 'naming the twin');
+like($err, qr/55000: idem_claim: idem_records is distributed by a shard key/, 'idem_claim without the shard key: 55000');
+like($err, qr/HINT:  Call idem_claim_at\(shard_key, scope, key, ttl, fingerprint\) instead/, 'naming its twin');
 ($ret, $out, $err) = try_sql(q{SELECT idem_lookup('pay', 'order-1')});
-like($err, qr/55000/, 'idem_lookup without the shard key: 55000');
+like($err, qr/55000: idem_lookup: idem_records is distributed by a shard key/, 'idem_lookup without the shard key: 55000');
+like($err, qr/HINT:  Call idem_lookup_at\(shard_key, scope, key\) instead/, 'naming its own twin');
+($ret, $out, $err) = try_sql(q{SELECT * FROM idem_claim_many('pay', ARRAY['order-1'])});
+like($err, qr/HINT:  Call idem_claim_many_at\(shard_key, scope, keys, ttl\) instead/,
+	'idem_claim_many (key by key on Citus) names idem_claim_many_at');
 ($ret, $out, $err) = try_sql(q{SELECT idem_claim_at(NULL::bigint, 'pay', 'order-1')});
 like($err, qr/22004: idem_claim_at: shard_key must not be null/, 'a NULL shard key: 22004');
 ($ret, $out, $err) = try_sql(q{SELECT idem_claim_at('abc', 'pay', 'order-1')});
 like($err, qr/22P02/, 'a shard key bigint does not accept: 22P02');
+
+# ------------------------------------------------ a twin inside a query on a shard
+# Citus sends a query on a distributed table, with the twin in it, to the
+# node of the shard; there the twin's statements on idem_records would be
+# a distributed query inside a query on a shard.  Our 0A000 instead of
+# Citus's XX000, with the working shape in the hint (docs/citus.md).
+($ret, $out, $err) = try_sql(
+	q{SELECT idem_claim_at(customer_id, 'payment', 'p-1') FROM orders WHERE customer_id = 42 AND id = 1});
+like($err, qr/0A000: idem_claim_at: cannot run inside a query on a shard of a distributed table/,
+	'a twin in a query that Citus sends to a shard: 0A000');
+like($err, qr/HINT:  Call idem_claim_at in a statement of its own, .*for example SELECT idem_claim_at\(42, scope, key\);/,
+	'the hint shows the working shape');
+unlike($err, qr/allow_nested_distributed_execution/, "not Citus's hint");
+is(cq(q{SELECT count(*) FROM idem_records WHERE key = 'p-1'}), '0', 'nothing was claimed');
+($ret, $out, $err) = $c->node_of($shard)->psql('postgres',
+	"\\set VERBOSITY verbose\nSELECT idem_claim_at(customer_id, 'payment', 'p-1') FROM orders WHERE customer_id = 42 AND id = 1");
+like($err, qr/0A000: idem_claim_at: cannot run inside a query on a shard/,
+	"the same on the shard's worker (Citus's local execution)");
+($ret, $out, $err) = try_sql(q{SELECT (idem_lookup_at(customer_id, 'pay', 'order-3')).status FROM orders});
+like($err, qr/0A000: idem_lookup_at: cannot run inside a query on a shard.*HINT:  .*SELECT idem_lookup_at\(42, scope, key\)/s,
+	'a reading twin across every shard: the same');
+($ret, $out, $err) = try_sql(
+	q{SELECT idem_token_issue_at(customer_id, 'form') FROM orders WHERE customer_id = 42 AND id = 1});
+like($err, qr/HINT:  .*SELECT idem_token_issue_at\(42, scope\);/, "each twin's hint shows its own arguments");
+# The shape of the hint: a statement of its own, then the query, in one
+# transaction on the shard's worker.
+($ret, $out, $err) = $coord->psql('postgres', q{
+SET citus.log_remote_commands = on;
+SET client_min_messages = log;
+BEGIN;
+SELECT idem_claim_at(42, 'payment', 'p-1');
+SELECT id FROM orders WHERE customer_id = 42 AND id = 1;
+COMMIT;});
+is($out, "t\n1", 'the shape of the hint claims, then reads the order');
+unlike($err, qr/PREPARE TRANSACTION/, 'in one single-shard transaction');
+@servers = ($err =~ /on server \S+@([\d.]+:\d+)/g);
+%servers = map { $_ => 1 } @servers;
+is(scalar keys %servers, 1, 'on one worker');
 
 # ------------------------------------------------ purge on every shard
 cq(q{SELECT idem_claim_at(s, 'short', 'k', ttl => '1 millisecond') FROM generate_series(1, 20) s});

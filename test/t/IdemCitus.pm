@@ -34,13 +34,14 @@ sub skip_unless_citus
 	plan skip_all => 'citus not installed' unless -f "$pkglibdir/citus.so";
 }
 
-# One node with citus and idempotency created in database postgres.
+# One node with citus and idempotency created in database postgres;
+# $extra: more postgresql.conf lines for this node only.
 sub new_node
 {
-	my ($self, $name) = @_;
+	my ($self, $name, $extra) = @_;
 	my $n = PostgreSQL::Test::Cluster->new($name);
 	$n->init;
-	$n->append_conf('postgresql.conf', $CONF . ($self->{conf} // ''));
+	$n->append_conf('postgresql.conf', $CONF . ($self->{conf} // '') . ($extra // ''));
 	$n->append_conf('pg_hba.conf', "host all all 127.0.0.1/32 trust\n");
 	$n->start;
 	$n->safe_psql('postgres',
@@ -50,12 +51,13 @@ sub new_node
 }
 
 # A coordinator and $args{workers} workers (default 2), joined.
-# $args{conf}: more postgresql.conf lines for every node.
+# $args{conf}: more postgresql.conf lines for every node; $args{coord_conf}:
+# for the coordinator only.
 sub new
 {
 	my ($class, %args) = @_;
 	my $self = bless { by_port => {}, conf => $args{conf} }, $class;
-	$self->{coord} = $self->new_node('coord');
+	$self->{coord} = $self->new_node('coord', $args{coord_conf});
 	$self->{coord}->safe_psql('postgres',
 		"SELECT citus_set_coordinator_host('127.0.0.1', " . $self->{coord}->port . ')');
 	$self->{workers} = [];

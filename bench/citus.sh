@@ -1,5 +1,6 @@
 # Sourced by bench/run.sh (not run on its own): the Citus pairs "citus",
-# "citus_dup", "citus_at", "citus_at_dup" and "citus_business".  They run on a cluster of their own, started here the
+# "citus_dup", "citus_at", "citus_at_dup", "citus_at_typed" and
+# "citus_business".  They run on a cluster of their own, started here the
 # first time a Citus pair runs: a coordinator and two workers on this
 # machine (three servers of the private installation, on local TCP ports),
 # each with shared_preload_libraries = 'citus' (and idempotency with
@@ -27,7 +28,7 @@ CITUS_STATE=        # "" (not started), up, or "missing" (citus.so not installed
 
 CITUS_AT=           # "" or "missing" (no idem_claim_at in this tree)
 
-citus_pair() { case $1 in citus|citus_dup|citus_at|citus_at_dup|citus_business) return 0;; esac; return 1; }
+citus_pair() { case $1 in citus|citus_dup|citus_at|citus_at_dup|citus_at_typed|citus_business) return 0;; esac; return 1; }
 
 citus_installed() { # citus.so in the private copy of pkglibdir
     [ -f "$WORK/pg$("$IDEM_PG_CONFIG" --pkglibdir)/citus.so" ]
@@ -108,6 +109,18 @@ citus_start() {
                  WHERE conrelid = 'idem_records'::regclass AND contype = 'p'); END \$\$" \
             -c "SELECT create_distributed_table('bench_claims', 'shard_key', colocate_with => 'idem_records')" \
             >/dev/null || return 1
+        # The experiment of the optional pair citus_at_typed (issue 26, item
+        # 4): idem_claim_at's own C function under a signature whose shard
+        # key is typed (bigint, the shard_key column's type) instead of
+        # "any", made a distributed function co-located with idem_records
+        # by its first argument, which Citus can then delegate to the
+        # shard's worker as it delegates idem_claim by key.
+        CITUS_DB=bench_at citus_node_psql 0 \
+            -c "CREATE FUNCTION bench_claim_at_typed(shard_key bigint, scope text, key text,
+                    ttl interval DEFAULT NULL, fingerprint text DEFAULT NULL) RETURNS boolean
+                AS '\$libdir/idempotency', 'idem_claim_at' LANGUAGE C VOLATILE CALLED ON NULL INPUT" \
+            -c "SELECT create_distributed_function('bench_claim_at_typed(bigint,text,text,interval,text)',
+                    '\$1', colocate_with => 'idem_records')" >/dev/null || return 1
         baseline_extras citus_at_psql
     else
         CITUS_AT=missing

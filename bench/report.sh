@@ -28,7 +28,7 @@ bar_of() {
         scale) echo 0.7;;
         purge) echo 0.9;;
         transition) echo 0.95;;
-        citus|citus_dup|citus_at|citus_at_dup) echo 0.9;;
+        citus|citus_dup|citus_at|citus_at_dup|citus_at_typed) echo 0.9;;
         citus_business) echo 0.9;;
         *) echo -;;
     esac
@@ -48,6 +48,7 @@ what_of() {
         citus) echo "claims/s through a Citus coordinator: idem_claim vs INSERT ON CONFLICT into a distributed table, new keys";;
         citus_dup) echo "claims/s through a Citus coordinator: the same, key exists";;
         citus_at) echo "claims/s through a Citus coordinator, records by a bigint shard key: idem_claim_at vs INSERT ON CONFLICT, new keys";;
+        citus_at_typed) echo "claims/s through a Citus coordinator, by shard key: idem_claim_at's C function with a bigint shard key, a distributed function (delegated) vs INSERT ON CONFLICT, new keys";;
         citus_at_dup) echo "claims/s through a Citus coordinator, by shard key: the same, key exists";;
         citus_business) echo "tx/s through a Citus coordinator: claim + co-located ledger INSERT in BEGIN..COMMIT, guarded by idem_claim vs the INSERT";;
     esac

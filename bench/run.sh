@@ -27,6 +27,7 @@
 #                      coordinator, on a 3-node cluster of their own
 #                      (bench/citus.sh; skipped with one line when citus.so
 #                      is not installed), plus the optional citus_at_dup
+#                      and citus_at_typed (a typed twin, delegated)
 #   BENCH_SYNC         synchronous_commit settings to run ["off on"]
 #   BENCH_SCALE_ROWS   live records for "scale" and bytes/record, loaded
 #                      when scale or scale_sql is among the pairs [10000000]
@@ -98,7 +99,7 @@ done
 [ "$BENCH_ROUNDS" -ge 1 ] && [ "$BENCH_CLIENTS" -ge 1 ] && [ "$BENCH_SECONDS" -ge 1 ] \
     || idem_die "BENCH_ROUNDS, BENCH_CLIENTS and BENCH_SECONDS must be at least 1"
 for p in $BENCH_PAIRS; do
-    case $p in new|dup|business|overhead|batch|batch_stmts|scale|scale_sql|purge|transition|citus|citus_dup|citus_at|citus_at_dup|citus_business|none) ;;
+    case $p in new|dup|business|overhead|batch|batch_stmts|scale|scale_sql|purge|transition|citus|citus_dup|citus_at|citus_at_dup|citus_at_typed|citus_business|none) ;;
         *) idem_die "unknown pair '$p' in BENCH_PAIRS";; esac
 done
 for s in $BENCH_SYNC; do
@@ -311,7 +312,7 @@ side_db() { # pair side
         purge/*) echo purge;;
         transition/*) echo orders;;
         citus/*|citus_dup/*|citus_business/*) echo bench;;   # on the Citus coordinator
-        citus_at/*|citus_at_dup/*) echo bench_at;;
+        citus_at/*|citus_at_dup/*|citus_at_typed/*) echo bench_at;;
         *) echo bench;;
     esac
 }
@@ -337,6 +338,8 @@ side_script() { # pair side
         dup/B|citus_dup/B) echo dup_insert.pgbench;;
         citus_at/A) echo citus_at_claim.pgbench;;
         citus_at/B) echo citus_at_insert.pgbench;;
+        citus_at_typed/A) echo citus_at_typed_claim.pgbench;;
+        citus_at_typed/B) echo citus_at_insert.pgbench;;
         citus_at_dup/A) echo citus_at_dup_claim.pgbench;;
         citus_at_dup/B) echo citus_at_dup_insert.pgbench;;
         citus_business/A) echo citus_business_claim.pgbench;;
@@ -401,7 +404,7 @@ setup_pair() { # pair: once per pair and setting; returns 1 to skip the pair
         citus_dup)
             citus_load_dups bench || return 2
             ;;
-        citus_at|citus_at_dup)
+        citus_at|citus_at_dup|citus_at_typed)
             if [ "$CITUS_AT" = missing ]; then
                 SKIPPED+=("$1: skipped: function idem_claim_at(\"any\", text, text, interval, text) not installed")
                 return 1
@@ -443,7 +446,7 @@ prepare_run() { # pair side
             q bench -c "TRUNCATE idem_records, bench_claims" >/dev/null;;
         citus_business)
             q bench -c "TRUNCATE idem_records, bench_claims, bench_cledger" >/dev/null;;
-        citus_at)
+        citus_at|citus_at_typed)
             q bench_at -c "TRUNCATE idem_records, bench_claims" >/dev/null;;
         citus_dup|citus_at_dup) ;;
     esac || return 2

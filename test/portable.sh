@@ -34,7 +34,8 @@
 #             generate.pl refuses an upgrade past default_version; pg_tle:
 #             V registered and created, NEXT's file run, ALTER EXTENSION
 #             UPDATE gives NEXT with the records and a fresh NEXT's catalog,
-#             V's file refuses to run where NEXT is registered;
+#             NEXT's file run again only notices, V's file refuses to run
+#             where NEXT is registered;
 #             plain script: the upgrade records NEXT, gives a fresh NEXT's
 #             catalog, and refuses a schema at NEXT, one without the
 #             objects and no schema named
@@ -409,6 +410,8 @@ if [ "$have_tle" = 1 ]; then
          idem_psql -U idem_tle_admin -d idem_up_tle_fresh -f "$TLE_NEXT" &&
          idem_psql -U idem_tle_admin -d idem_up_tle_fresh -c "CREATE SCHEMA idem" -c "CREATE EXTENSION idempotency SCHEMA idem" &&
          got3=$(idem_psql -At -d idem_up_tle_fresh -c "SELECT extversion FROM pg_extension WHERE extname = 'idempotency'") &&
+         idem_psql -U idem_tle_admin -d idem_up_tle_fresh -f "$TLE_NEXT" 2>"$WORK/upgrade-tle-again.log" &&
+         grep -q "version $NEXT is registered already" "$WORK/upgrade-tle-again.log" &&
          ! idem_psql -U idem_tle_admin -d idem_up_tle_fresh -f "$TLE" 2>"$WORK/upgrade-tle-older.log" &&
          grep -q "a newer version than $V is registered already" "$WORK/upgrade-tle-older.log" &&
          catalog idem_up_tle >"$WORK/catalog.up_tle" && catalog idem_up_tle_fresh >"$WORK/catalog.up_tle_fresh"

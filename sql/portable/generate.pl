@@ -414,7 +414,8 @@ if ($mode eq 'tle') {
 $listing-- all in one DO statement (all or nothing).  Then
 --   CREATE EXTENSION idempotency;            -- or ... SCHEMA idem
 --   ALTER EXTENSION idempotency UPDATE;      -- where an earlier release runs
--- To replace a registration of the same version:
+-- Run again, it registers nothing new (a notice says so).  To replace a
+-- registration of the same version:
 --   SELECT pgtle.uninstall_extension('idempotency');   (drop the extension first)
 DO \$_idem_tle_register_\$
 DECLARE
@@ -430,6 +431,12 @@ BEGIN
                     WHERE e.name OPERATOR(pg_catalog.=) 'idempotency') THEN
         PERFORM pgtle.install_extension('idempotency', '$version',
             '$desc', script);
+    ELSIF EXISTS (SELECT FROM pgtle.available_extension_versions() AS v
+                   WHERE v.name OPERATOR(pg_catalog.=) 'idempotency'
+                     AND v.version OPERATOR(pg_catalog.=) '$version') THEN
+        -- Run again: nothing to register (the upgrade paths below still are).
+        RAISE NOTICE 'idempotency: version $version is registered already'
+            USING HINT = 'To register another build of it: DROP EXTENSION idempotency; SELECT pgtle.uninstall_extension(''idempotency''); then run this file.';
     ELSIF EXISTS (SELECT FROM pgtle.available_extension_versions() AS v
                    WHERE v.name OPERATOR(pg_catalog.=) 'idempotency'
                      AND pg_catalog.string_to_array(v.version, '.')::pg_catalog.int4[]

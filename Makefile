@@ -60,7 +60,8 @@ PORTABLE_UPGRADES = $(sort $(wildcard sql/portable/upgrade/idempotency--*--*.sql
 PORTABLE_PLAIN_UPGRADES = $(patsubst sql/portable/upgrade/idempotency--%.sql,build/portable/idempotency-portable--%.sql,$(PORTABLE_UPGRADES))
 # Always regenerated (under a second): a deleted body must fail the build.
 PORTABLE_DEPS = $(SQL_SOURCES) $(wildcard sql/portable/*.sql) sql/portable/exceptions.txt \
-	$(PORTABLE_UPGRADES) sql/portable/generate.pl idempotency.control portable-always
+	$(PORTABLE_UPGRADES) $(wildcard sql/portable/upgrade/SHA256SUMS) sql/portable/generate.pl \
+	idempotency.control portable-always
 
 # `make` with no target builds the extension when PGXS is available.
 ifneq ($(wildcard $(PGXS)),)

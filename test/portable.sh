@@ -31,7 +31,8 @@
 #   upgrade   a synthetic next release (patch version + 1) made in a copy of
 #             the clone: a function and a configuration table added to the
 #             shared sources and as sql/portable/upgrade/idempotency--V--NEXT.sql;
-#             generate.pl refuses an upgrade past default_version; pg_tle:
+#             generate.pl refuses an upgrade past default_version, and a
+#             released one (in SHA256SUMS) edited; pg_tle:
 #             V registered and created, NEXT's file run, ALTER EXTENSION
 #             UPDATE gives NEXT with the records and a fresh NEXT's catalog,
 #             NEXT's file run again only notices, V's file refuses to run
@@ -378,6 +379,20 @@ else
     ok upgrade-check
 fi
 rm -f "$NEXTDIR/sql/portable/upgrade/idempotency--$V--9.9.8.sql"
+# ... and a released upgrade (its SHA-256 in SHA256SUMS) edited afterwards.
+UPF=$NEXTDIR/sql/portable/upgrade/idempotency--$V--$NEXT.sql
+cp "$UPF" "$WORK/upgrade.orig"
+(cd "$NEXTDIR/sql/portable/upgrade" && sha256sum "idempotency--$V--$NEXT.sql" >> SHA256SUMS)
+if make -C "$NEXTDIR" -s PG_CONFIG=/nonexistent tle >"$WORK/next-released.log" 2>&1 &&
+   echo "-- edited" >> "$UPF" &&
+   ! make -C "$NEXTDIR" -s PG_CONFIG=/nonexistent tle >>"$WORK/next-released.log" 2>&1 &&
+   grep -q "idempotency--$V--$NEXT.sql was released (SHA256SUMS) and has been edited since" "$WORK/next-released.log"; then
+    ok upgrade-released
+else
+    cat "$WORK/next-released.log" >&2
+    bad upgrade-released "generate.pl did not accept a released upgrade as it was, or accepted it edited"
+fi
+cp "$WORK/upgrade.orig" "$UPF"
 [ "$(id -u)" -ne 0 ] || chown -R postgres: "$WORK"
 
 # The state a database keeps across an upgrade, and what NEXT adds.

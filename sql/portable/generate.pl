@@ -26,7 +26,8 @@
 # for a schema of the plain script (it checks the recorded version is A,
 # runs it, records B); `dbdev-upgrade` is the dbdev package's copy.  The
 # names must chain: from every B an upgrade (or none) leads on to the
-# current version, and no A is older than the first portable release.
+# current version, and no A is older than the first portable release; a
+# script listed in sql/portable/upgrade/SHA256SUMS (released) must match.
 #
 # SOURCEs are the C edition's install sources in Makefile order
 # (SQL_SOURCES).  Every statement of theirs is copied unchanged, except:
@@ -96,6 +97,20 @@ for my $file (sort glob("$here/upgrade/*.sql")) {
     push @upgrades, [$from, $to, $file];
 }
 @upgrades = sort { vcmp($a->[0], $b->[0]) || vcmp($a->[1], $b->[1]) } @upgrades;
+# Released upgrades are never edited: sql/portable/upgrade/SHA256SUMS has
+# the SHA-256 of each script once its release is out (`sha256sum FILE`
+# lines; # comments), and every script listed there must still match.
+if (-f "$here/upgrade/SHA256SUMS") {
+    require Digest::SHA;
+    for my $line (split /\n/, slurp("$here/upgrade/SHA256SUMS")) {
+        next if $line =~ /^\s*(#|$)/;
+        my ($sum, $name) = $line =~ /^([0-9a-f]{64}) [ *](idempotency--[\d.]+--[\d.]+\.sql)\s*$/
+            or fail("sql/portable/upgrade/SHA256SUMS: not a `sha256sum` line: $line");
+        -f "$here/upgrade/$name" or fail("sql/portable/upgrade/$name was released (SHA256SUMS) and is missing");
+        Digest::SHA->new(256)->addfile("$here/upgrade/$name")->hexdigest eq $sum
+            or fail("sql/portable/upgrade/$name was released (SHA256SUMS) and has been edited since: a released upgrade is never edited (write the change into the next release's upgrade)");
+    }
+}
 for my $u (@upgrades) {
     # From its target, the upgrades must lead on to the current version.
     my ($at, %seen) = ($u->[1]);

@@ -36,7 +36,7 @@ PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initi
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs 2>/dev/null)
 
-.PHONY: demo test test-matrix lint bench soak sanitize deb mutate portable tle test-portable portable-always
+.PHONY: demo test test-matrix lint bench soak sanitize deb mutate portable tle dbdev test-portable portable-always
 
 # The portable edition (SQL and PL/pgSQL, for managed PostgreSQL; see
 # docs/managed.md), generated from SQL_SOURCES and sql/portable/ by
@@ -45,13 +45,23 @@ PGXS := $(shell $(PG_CONFIG) --pgxs 2>/dev/null)
 #                  plain script (installs into the schema idempotency.install_schema
 #                  names), and build/portable/idempotency--$(EXTVERSION).sql, the
 #                  extension script it wraps
+#                  and build/portable/idempotency-portable--A--B.sql, the plain
+#                  script's upgrade for each sql/portable/upgrade/idempotency--A--B.sql
 #   make tle       build/tle/idempotency--pgtle.sql, for a role in pgtle_admin
-#   make test-portable  test/portable.sh: both against PostgreSQL 15, and the
-#                  catalog parity with the C edition
+#                  (this version and every upgrade path)
+#   make dbdev     build/dbdev/idempotency/, the database.dev package (Supabase):
+#                  control file, install and upgrade scripts, README.md; publish
+#                  it with `dbdev publish --path build/dbdev/idempotency`
+#   make test-portable  test/portable.sh: both against PostgreSQL 15 (or the
+#                  plain script against PORTABLE_PG_CONFIG's), upgrades, pg_cron,
+#                  and the catalog parity with the C edition
 PORTABLE_GEN = perl sql/portable/generate.pl
+PORTABLE_UPGRADES = $(sort $(wildcard sql/portable/upgrade/idempotency--*--*.sql))
+PORTABLE_PLAIN_UPGRADES = $(patsubst sql/portable/upgrade/idempotency--%.sql,build/portable/idempotency-portable--%.sql,$(PORTABLE_UPGRADES))
 # Always regenerated (under a second): a deleted body must fail the build.
 PORTABLE_DEPS = $(SQL_SOURCES) $(wildcard sql/portable/*.sql) sql/portable/exceptions.txt \
-	sql/portable/generate.pl idempotency.control portable-always
+	$(PORTABLE_UPGRADES) $(wildcard sql/portable/upgrade/SHA256SUMS) sql/portable/generate.pl \
+	idempotency.control portable-always
 
 # `make` with no target builds the extension when PGXS is available.
 ifneq ($(wildcard $(PGXS)),)
@@ -73,7 +83,8 @@ build/idempotency--$(EXTVERSION).sql: $(SQL_SOURCES) idempotency.control
 
 $(OBJS): src/idempotency.h src/compat.h src/spi_read.h
 
-portable: build/portable/idempotency-portable--$(EXTVERSION).sql build/portable/idempotency--$(EXTVERSION).sql
+portable: build/portable/idempotency-portable--$(EXTVERSION).sql build/portable/idempotency--$(EXTVERSION).sql \
+	$(PORTABLE_PLAIN_UPGRADES)
 tle: build/tle/idempotency--pgtle.sql
 
 # Written to a temporary file first, so that a failed generation leaves none.
@@ -88,6 +99,25 @@ build/portable/idempotency-portable--$(EXTVERSION).sql: $(PORTABLE_DEPS)
 build/tle/idempotency--pgtle.sql: $(PORTABLE_DEPS)
 	@mkdir -p build/tle
 	$(PORTABLE_GEN) tle $(SQL_SOURCES) > $@.tmp && mv $@.tmp $@ || { rm -f $@.tmp $@; exit 1; }
+
+build/portable/idempotency-portable--%.sql: sql/portable/upgrade/idempotency--%.sql $(PORTABLE_DEPS)
+	@mkdir -p build/portable
+	$(PORTABLE_GEN) plain-upgrade $< > $@.tmp && mv $@.tmp $@ || { rm -f $@.tmp $@; exit 1; }
+
+# The database.dev package: one directory as `dbdev publish` reads it
+# (HANDLE in README.md: the publisher's handle on database.dev).
+DBDEV_HANDLE ?= HANDLE
+DBDEV_DIR = build/dbdev/idempotency
+dbdev: portable-always
+	@rm -rf $(DBDEV_DIR) $(DBDEV_DIR).tmp && mkdir -p $(DBDEV_DIR).tmp
+	$(PORTABLE_GEN) dbdev-control > $(DBDEV_DIR).tmp/idempotency.control
+	$(PORTABLE_GEN) dbdev $(SQL_SOURCES) > $(DBDEV_DIR).tmp/idempotency--$(EXTVERSION).sql
+	@for f in $(PORTABLE_UPGRADES); do \
+	    echo "$(PORTABLE_GEN) dbdev-upgrade $$f > $(DBDEV_DIR).tmp/$${f##*/}"; \
+	    $(PORTABLE_GEN) dbdev-upgrade $$f > $(DBDEV_DIR).tmp/$${f##*/} || exit 1; \
+	done
+	sed -e 's/@VERSION@/$(EXTVERSION)/g' -e 's/@HANDLE@/$(DBDEV_HANDLE)/g' sql/portable/dbdev/README.md > $(DBDEV_DIR).tmp/README.md
+	@mv $(DBDEV_DIR).tmp $(DBDEV_DIR)
 
 test-portable:
 	@bash test/portable.sh

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # `make test-portable`: the portable edition (SQL and PL/pgSQL; docs/managed.md)
 # on PostgreSQL 15 without the C edition, through the plain script and
-# through pg_tle, and its catalog against the C edition's.  Steps:
-#   build     `make portable tle` in a copy of the checkout with no pg_config
-#             (PG_CONFIG=/nonexistent): what a fresh clone does
+# through pg_tle, and its catalog against the C edition's; with
+# PORTABLE_PG_CONFIG=/var/cache/idempotency/pg19/bin/pg_config, on 19 as the
+# plain script (pg_tle 1.5.3 stops at 18).  Steps:
+#   build     `make portable tle dbdev` in a copy of the checkout with no
+#             pg_config (PG_CONFIG=/nonexistent): what a fresh clone does
 #   tle       pg_tle (../shared/pg_tle, built into the 15 as root when it is
 #             missing) preloaded; a role in pgtle_admin without superuser
 #             registers build/tle/idempotency--pgtle.sql, creates the
@@ -11,6 +13,12 @@
 #   template1 (pg_tle) pg_tle and the registration in template1 too, as a
 #             provider's template would have them, so that a test that
 #             creates a database of its own can CREATE EXTENSION there
+#   pg_cron   Debian's postgresql-NN-cron, installed as root (apt-get update
+#             first) when missing; not root: says what to install, and the
+#             pg_cron test is skipped; not Debian's PostgreSQL: skipped
+#   (no pg_tle) the servers run from a private copy of the installation
+#             without the C edition's files, so that no test's CREATE
+#             EXTENSION gets the C edition
 #   regress   every test/sql test not listed as `regress NAME` in
 #             sql/portable/exceptions.txt, against the plain script (in
 #             public) and against the pg_tle extension (created by the
@@ -20,6 +28,20 @@
 #             and the portable edition's own tests, test/portable/sql
 #   isolation every test/specs spec not listed as `isolation NAME`, the same
 #             two ways
+#   upgrade   a synthetic next release (patch version + 1) made in a copy of
+#             the clone: a function and a configuration table added to the
+#             shared sources and as sql/portable/upgrade/idempotency--V--NEXT.sql;
+#             generate.pl refuses an upgrade past default_version, and a
+#             released one (in SHA256SUMS) edited; pg_tle:
+#             V registered and created, NEXT's file run, ALTER EXTENSION
+#             UPDATE gives NEXT with the records and a fresh NEXT's catalog,
+#             NEXT's file run again only notices, V's file refuses to run
+#             where NEXT is registered;
+#             plain script: the upgrade records NEXT, gives a fresh NEXT's
+#             catalog, and refuses a schema at NEXT, one without the
+#             objects and no schema named
+#   dbdev     (pg_tle) build/dbdev/idempotency registered as dbdev.install
+#             does, created as "test@idempotency", used, updated to NEXT
 #   parity    test/portable/catalog.sql on the C edition (built into a
 #             private copy of the installation, as `make test` does), the
 #             pg_tle edition and the plain script: every difference must be
@@ -27,8 +49,11 @@
 #             functions of `omit-function` lines, `catalog-attribute` lines
 #             name what is not compared), and every `catalog` line must
 #             still be needed
-#   tap       test/portable/t/*.pl (prove): a database of the pg_tle edition
-#             dumped and restored into the C edition, which continues it
+#   tap       test/portable/t/*.pl (prove): 001 a database of the pg_tle
+#             edition dumped and restored into the C edition, which
+#             continues it (needs pg_tle); 002 idem_purge scheduled with
+#             pg_cron as docs/managed.md says (needs pg_cron); a test
+#             without what it needs is counted skipped
 # The installation is Debian's PostgreSQL 15 (PORTABLE_PG_CONFIG names
 # another); it must not have the C edition installed (pg_tle refuses to
 # register an extension whose control file exists).  Without the pg_tle
@@ -72,11 +97,11 @@ idem_log "step build"
 mkdir -p "$WORK/clone"
 (cd "$IDEM_TOP" && tar --exclude=.git --exclude=./build --exclude='*.o' --exclude='*.so' --exclude='*.bc' \
     --exclude=./results --exclude=./tmp_check --exclude=node_modules -cf - .) | tar -C "$WORK/clone" -xf -
-if make -C "$WORK/clone" -s PG_CONFIG=/nonexistent portable tle >"$WORK/build.log" 2>&1; then
+if make -C "$WORK/clone" -s PG_CONFIG=/nonexistent portable tle dbdev >"$WORK/build.log" 2>&1; then
     ok build
 else
     cat "$WORK/build.log" >&2
-    bad build "make portable tle failed"
+    bad build "make portable tle dbdev failed"
     echo "$passed passed, $failed failed"
     exit 1
 fi
@@ -105,6 +130,8 @@ PLAIN=$WORK/$(basename "$PLAIN"); TLE=$WORK/$(basename "$TLE")
 have_tle=0; tle_why=
 if [ -f "$SHAREDIR/extension/pg_tle.control" ]; then
     have_tle=1
+elif [ "$IDEM_PG_MAJOR" -gt 18 ]; then
+    tle_why="pg_tle 1.5.3 supports PostgreSQL 12 to 18, this is $IDEM_PG_MAJOR: the plain script only"
 elif [ ! -f "$PGTLE_SRC/build.sh" ]; then
     tle_why="the pg_tle source is absent ($PGTLE_SRC, see docs/managed.md)"
 elif [ "$(id -u)" -ne 0 ]; then
@@ -121,6 +148,41 @@ if [ "$have_tle" = 1 ] && ls "$SHAREDIR"/extension/idempotency.control >/dev/nul
     have_tle=0
 fi
 [ "$have_tle" = 1 ] || [ -z "$tle_why" ] || skip pg_tle "$tle_why"
+
+# --- pg_cron: Debian's postgresql-NN-cron (root installs it when missing) ----
+have_cron=0; cron_why=
+if [ -f "$SHAREDIR/extension/pg_cron.control" ]; then
+    have_cron=1
+elif [ "$IDEM_PG_CONFIG" != "/usr/lib/postgresql/$IDEM_PG_MAJOR/bin/pg_config" ]; then
+    cron_why="pg_cron is not installed in $SHAREDIR, and Debian's postgresql-$IDEM_PG_MAJOR-cron installs into Debian's own PostgreSQL only"
+elif [ "$(id -u)" -ne 0 ]; then
+    cron_why="postgresql-$IDEM_PG_MAJOR-cron is missing; as root: apt-get update && apt-get install -y postgresql-$IDEM_PG_MAJOR-cron"
+else
+    idem_log "running as root: installing postgresql-$IDEM_PG_MAJOR-cron (apt-get update, apt-get install)"
+    if DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2 &&
+       DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "postgresql-$IDEM_PG_MAJOR-cron" >&2 &&
+       [ -f "$SHAREDIR/extension/pg_cron.control" ]; then
+        have_cron=1
+    else
+        bad pg_cron "installing postgresql-$IDEM_PG_MAJOR-cron failed"
+    fi
+fi
+[ "$have_cron" = 1 ] || [ -z "$cron_why" ] || skip pg_cron "$cron_why"
+
+# Without pg_tle the servers run from a private copy of the installation
+# without the C edition's files (as idem_private_install makes), so that
+# no test that runs CREATE EXTENSION can get the C edition unnoticed.
+if [ "$have_tle" = 0 ]; then
+    idem_log "a private copy of the installation, without the C edition"
+    for d in "$IDEM_BINDIR" "$("$IDEM_PG_CONFIG" --pkglibdir)" "$SHAREDIR"; do
+        mkdir -p "$WORK/pg$(dirname "$d")"
+        [ -d "$WORK/pg$d" ] || cp -a "$d" "$WORK/pg$(dirname "$d")/" || idem_die "copying $d failed"
+    done
+    rm -rf "$WORK/pg$("$IDEM_PG_CONFIG" --pkglibdir)"/idempotency.so "$WORK/pg$("$IDEM_PG_CONFIG" --pkglibdir)"/bitcode/idempotency* \
+           "$WORK/pg$SHAREDIR"/extension/idempotency*
+    IDEM_BINDIR=$WORK/pg$IDEM_BINDIR; SYS_BINDIR=$IDEM_BINDIR
+    export IDEM_BINDIR
+fi
 
 if [ "$have_tle" = 1 ]; then
     idem_cluster_start "$WORK/cluster" "shared_preload_libraries = 'pg_tle'"
@@ -198,12 +260,15 @@ count_results() { # log -> "pass fail"
     echo "$(grep -cE ' \.\.\. +ok( |$)|^ok [0-9]+ ' "$1") $(grep -cE ' \.\.\. +FAILED|^not ok [0-9]+ ' "$1")"
 }
 run_suite() { # step driver db src tests...
-    local step=$1 driver=$2 db=$3 src=$4 out="$WORK/$1" log="$WORK/$1.log" rc p f; shift 4
+    local step=$1 driver=$2 db=$3 src=$4 out="$WORK/$1" log="$WORK/$1.log" rc p f expdir=(); shift 4
     idem_log "step $step"
     idem_as_pg mkdir -p "$out"
+    # 16 and later take the expected output from the current directory
+    # unless told (15: from --inputdir, which has no --expecteddir).
+    [ "$IDEM_PG_MAJOR" -lt 16 ] || expdir=(--expecteddir="$src/test")
     idem_as_pg env PGOPTIONS="-c statement_timeout=${IDEM_STATEMENT_TIMEOUT:-180s}" \
         timeout --kill-after=10 "${IDEM_SUITE_TIMEOUT:-900}" "$driver" \
-        --inputdir="$src/test" --outputdir="$out" --bindir="$SYS_BINDIR" \
+        --inputdir="$src/test" "${expdir[@]}" --outputdir="$out" --bindir="$SYS_BINDIR" \
         --host="$IDEM_PGHOST" --port="$IDEM_PGPORT" --user=postgres --dbname="$db" --use-existing \
         --launcher="perl $WORK/src/test/portable/context_filter.pl" "$@" 2>&1 | tee "$log"
     rc=${PIPESTATUS[0]}
@@ -261,6 +326,211 @@ make_db idem_parity_plain plain idem >>"$WORK/db_plain.log" 2>&1 && catalog idem
     || bad parity "cataloguing the plain script failed"
 [ "$have_tle" = 1 ] && { { make_db idem_parity_tle tle idem >>"$WORK/db_tle.log" 2>&1 && catalog idem_parity_tle >"$WORK/catalog.tle"; } ||
     bad parity "cataloguing the pg_tle edition failed"; }
+
+# --- upgrade: the mechanism, with a synthetic next release -------------------
+# 0.5.0 is the first portable release, so no upgrade script is shipped yet;
+# a copy of the clone becomes release NEXT (default_version bumped, a new
+# function and a new configuration table in the shared sources, and the
+# upgrade script sql/portable/upgrade/idempotency--V--NEXT.sql making the
+# same), built with `make portable tle dbdev`.  Nothing of it is committed.
+idem_log "step upgrade (synthetic release)"
+NEXT=$(echo "$V" | awk -F. '{ printf "%d.%d.%d", $1, $2, $3 + 1 }')
+NEXTDIR=$WORK/next
+mkdir -p "$NEXTDIR"
+(cd "$WORK/clone" && tar --exclude=./build -cf - .) | tar -C "$NEXTDIR" -xf -
+sed -i "s/^default_version *=.*/default_version = '$NEXT'/" "$NEXTDIR/idempotency.control"
+next_sql() { # the objects release NEXT adds, in the form of the extension script
+    cat <<EOF
+
+-- The synthetic release $NEXT of test/portable.sh.
+CREATE FUNCTION @extschema@.idem_synthetic_next()
+RETURNS pg_catalog.text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS \$\$ SELECT '$NEXT'::pg_catalog.text \$\$;
+COMMENT ON FUNCTION @extschema@.idem_synthetic_next() IS 'test/portable.sh: the synthetic release';
+CREATE TABLE @extschema@.idem_synthetic_next (k pg_catalog.text PRIMARY KEY);
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.idem_synthetic_next', '');
+EOF
+}
+next_sql >> "$NEXTDIR/sql/idempotency.sql"
+mkdir -p "$NEXTDIR/sql/portable/upgrade"
+next_sql > "$NEXTDIR/sql/portable/upgrade/idempotency--$V--$NEXT.sql"
+TLE_NEXT=$WORK/idempotency--pgtle-$NEXT.sql
+PLAIN_NEXT=$WORK/idempotency-portable--$NEXT.sql
+PLAIN_UP=$WORK/idempotency-portable--$V--$NEXT.sql
+if make -C "$NEXTDIR" -s PG_CONFIG=/nonexistent portable tle dbdev >"$WORK/next.log" 2>&1 &&
+   cp "$NEXTDIR/build/tle/idempotency--pgtle.sql" "$TLE_NEXT" &&
+   cp "$NEXTDIR/build/portable/idempotency-portable--$NEXT.sql" "$PLAIN_NEXT" &&
+   cp "$NEXTDIR/build/portable/idempotency-portable--$V--$NEXT.sql" "$PLAIN_UP" &&
+   [ -f "$NEXTDIR/build/dbdev/idempotency/idempotency--$V--$NEXT.sql" ] &&
+   grep -q "pgtle.install_update_path('idempotency', '$V', '$NEXT'" "$TLE_NEXT"; then
+    ok upgrade-build
+else
+    cat "$WORK/next.log" >&2
+    bad upgrade-build "make portable tle dbdev of the synthetic release $NEXT failed or lacks the upgrade"
+fi
+# The generator refuses an upgrade that leads nowhere (no path on to NEXT).
+cp "$NEXTDIR/sql/portable/upgrade/idempotency--$V--$NEXT.sql" "$NEXTDIR/sql/portable/upgrade/idempotency--$V--9.9.8.sql"
+if make -C "$NEXTDIR" -s PG_CONFIG=/nonexistent tle >"$WORK/next-bad.log" 2>&1 ||
+   ! grep -q "upgrades to 9.9.8, newer than default_version" "$WORK/next-bad.log"; then
+    cat "$WORK/next-bad.log" >&2
+    bad upgrade-check "generate.pl accepted an upgrade past default_version"
+else
+    ok upgrade-check
+fi
+rm -f "$NEXTDIR/sql/portable/upgrade/idempotency--$V--9.9.8.sql"
+# ... and a released upgrade (its SHA-256 in SHA256SUMS) edited afterwards.
+UPF=$NEXTDIR/sql/portable/upgrade/idempotency--$V--$NEXT.sql
+cp "$UPF" "$WORK/upgrade.orig"
+(cd "$NEXTDIR/sql/portable/upgrade" && sha256sum "idempotency--$V--$NEXT.sql" >> SHA256SUMS)
+if make -C "$NEXTDIR" -s PG_CONFIG=/nonexistent tle >"$WORK/next-released.log" 2>&1 &&
+   echo "-- edited" >> "$UPF" &&
+   ! make -C "$NEXTDIR" -s PG_CONFIG=/nonexistent tle >>"$WORK/next-released.log" 2>&1 &&
+   grep -q "idempotency--$V--$NEXT.sql was released (SHA256SUMS) and has been edited since" "$WORK/next-released.log"; then
+    ok upgrade-released
+else
+    cat "$WORK/next-released.log" >&2
+    bad upgrade-released "generate.pl did not accept a released upgrade as it was, or accepted it edited"
+fi
+cp "$WORK/upgrade.orig" "$UPF"
+[ "$(id -u)" -ne 0 ] || chown -R postgres: "$WORK"
+
+# The state a database keeps across an upgrade, and what NEXT adds.
+upgrade_probe() { # db schema [user]
+    idem_psql -At -U "${3:-postgres}" -d "$1" -c "SET search_path = $2" \
+        -c "SELECT idem_claim('up', 'k1')" \
+        -c "SELECT idem_synthetic_next()" \
+        -c "SELECT count(*) FROM idem_synthetic_next"
+}
+
+# pg_tle: a role in pgtle_admin registers V, creates the extension and
+# claims; then registers NEXT's file (NEXT and the update path), and
+# ALTER EXTENSION ... UPDATE moves it on; a fresh database gets NEXT by
+# default; the catalogs of the two agree.
+if [ "$have_tle" = 1 ]; then
+    if { idem_psql -c "CREATE DATABASE idem_up_tle OWNER idem_tle_admin TEMPLATE template0" &&
+         idem_psql -d idem_up_tle -c "CREATE EXTENSION pg_tle" &&
+         idem_psql -U idem_tle_admin -d idem_up_tle -f "$TLE" &&
+         idem_psql -U idem_tle_admin -d idem_up_tle -c "CREATE SCHEMA idem" -c "CREATE EXTENSION idempotency SCHEMA idem" \
+             -c "SELECT idem.idem_claim('up', 'k1')" &&
+         idem_psql -U idem_tle_admin -d idem_up_tle -f "$TLE_NEXT" &&
+         got=$(idem_psql -At -U idem_tle_admin -d idem_up_tle \
+                 -c "SELECT extversion FROM pg_extension WHERE extname = 'idempotency'" \
+                 -c "SELECT default_version FROM pgtle.available_extensions() WHERE name = 'idempotency'" \
+                 -c "ALTER EXTENSION idempotency UPDATE" \
+                 -c "SELECT extversion FROM pg_extension WHERE extname = 'idempotency'") &&
+         got2=$(upgrade_probe idem_up_tle idem idem_tle_admin) &&
+         idem_psql -c "CREATE DATABASE idem_up_tle_fresh OWNER idem_tle_admin TEMPLATE template0" &&
+         idem_psql -d idem_up_tle_fresh -c "CREATE EXTENSION pg_tle" &&
+         idem_psql -U idem_tle_admin -d idem_up_tle_fresh -f "$TLE_NEXT" &&
+         idem_psql -U idem_tle_admin -d idem_up_tle_fresh -c "CREATE SCHEMA idem" -c "CREATE EXTENSION idempotency SCHEMA idem" &&
+         got3=$(idem_psql -At -d idem_up_tle_fresh -c "SELECT extversion FROM pg_extension WHERE extname = 'idempotency'") &&
+         idem_psql -U idem_tle_admin -d idem_up_tle_fresh -f "$TLE_NEXT" 2>"$WORK/upgrade-tle-again.log" &&
+         grep -q "version $NEXT is registered already" "$WORK/upgrade-tle-again.log" &&
+         ! idem_psql -U idem_tle_admin -d idem_up_tle_fresh -f "$TLE" 2>"$WORK/upgrade-tle-older.log" &&
+         grep -q "a newer version than $V is registered already" "$WORK/upgrade-tle-older.log" &&
+         catalog idem_up_tle >"$WORK/catalog.up_tle" && catalog idem_up_tle_fresh >"$WORK/catalog.up_tle_fresh"
+       } >"$WORK/upgrade-tle.log" 2>&1 &&
+       [ "$got" = "$(printf '%s\n%s\n%s' "$V" "$NEXT" "$NEXT")" ] &&
+       [ "$got2" = "$(printf 'f\n%s\n0' "$NEXT")" ] && [ "$got3" = "$NEXT" ]; then
+        if diff -u "$WORK/catalog.up_tle_fresh" "$WORK/catalog.up_tle" >>"$WORK/upgrade-tle.log"; then ok upgrade-tle; else
+            cat "$WORK/upgrade-tle.log" >&2
+            bad upgrade-tle "the catalog after ALTER EXTENSION UPDATE differs from a fresh $NEXT"; fi
+    else
+        cat "$WORK/upgrade-tle.log" >&2
+        bad upgrade-tle "register $V, create, register $NEXT, ALTER EXTENSION UPDATE: got '${got:-}' / '${got2:-}' / '${got3:-}'"
+    fi
+else
+    skip upgrade-tle "no pg_tle"
+fi
+
+# The plain script: V installed into schema idem, then NEXT's upgrade
+# script: it records NEXT, and refuses to run again (the schema has NEXT),
+# on a schema without the objects, and without a schema named; the
+# catalog equals a fresh NEXT's.
+plain_run() { # db file [schema] -> psql's output and status
+    idem_as_pg env PGOPTIONS="-c idempotency.install_schema=${3-idem}" \
+        psql -X -q -v ON_ERROR_STOP=1 -h "$IDEM_PGHOST" -p "$IDEM_PGPORT" -U postgres -d "$1" -f "$2" 2>&1
+}
+if { make_db idem_up_plain plain idem && idem_psql -d idem_up_plain -c "SELECT idem.idem_claim('up', 'k1')" &&
+     plain_run idem_up_plain "$PLAIN_UP" &&
+     got=$(idem_psql -At -d idem_up_plain -c "SELECT version, edition FROM idem.idem_portable_version") &&
+     got2=$(upgrade_probe idem_up_plain idem) &&
+     make_db idem_up_plain_fresh plain idem &&
+     catalog idem_up_plain >"$WORK/catalog.up_plain"; } >"$WORK/upgrade-plain.log" 2>&1 &&
+   [ "$got" = "$NEXT|portable" ] && [ "$got2" = "$(printf 'f\n%s\n0' "$NEXT")" ]; then
+    ok upgrade-plain
+else
+    cat "$WORK/upgrade-plain.log" >&2
+    bad upgrade-plain "the plain script's upgrade $V to $NEXT: got '${got:-}' / '${got2:-}'"
+fi
+# A fresh NEXT, to compare and to refuse the upgrade on.
+if { idem_psql -c "CREATE DATABASE idem_up_plain_next" &&
+     plain_run idem_up_plain_next "$PLAIN_NEXT" && catalog idem_up_plain_next >"$WORK/catalog.up_plain_next"; } >>"$WORK/upgrade-plain.log" 2>&1 &&
+   diff -u "$WORK/catalog.up_plain_next" "$WORK/catalog.up_plain" >>"$WORK/upgrade-plain.log"; then
+    ok upgrade-plain-catalog
+else
+    cat "$WORK/upgrade-plain.log" >&2
+    bad upgrade-plain-catalog "the catalog after the plain upgrade differs from a fresh $NEXT"
+fi
+refused=0
+out=$(plain_run idem_up_plain "$PLAIN_UP") ||
+    { grep -q "has version $NEXT, and this script upgrades version $V to $NEXT" <<<"$out" && refused=$((refused + 1)); }
+out=$(plain_run idem_up_plain_next "$PLAIN_UP") ||
+    { grep -q "has version $NEXT, and this script upgrades version $V to $NEXT" <<<"$out" && refused=$((refused + 1)); }
+out=$(plain_run idem_up_plain "$PLAIN_UP" public) ||
+    { grep -q 'schema "public" has no idempotency objects installed by the plain script' <<<"$out" && refused=$((refused + 1)); }
+out=$(plain_run idem_up_plain "$PLAIN_UP" "") ||
+    { grep -q 'no schema named to upgrade' <<<"$out" && refused=$((refused + 1)); }
+v_after=$(idem_psql -At -d idem_up_plain -c "SELECT version FROM idem.idem_portable_version" 2>&1)
+if [ "$refused" = 4 ] && [ "$v_after" = "$NEXT" ]; then ok upgrade-plain-refuses; else
+    bad upgrade-plain-refuses "the plain upgrade ran where it must refuse ($refused of 4 refused; version now '$v_after'): $out"; fi
+
+# --- dbdev: the database.dev package, installed as dbdev.install does ----------
+# (pgtle.install_extension under the name HANDLE@idempotency, each upgrade
+# with install_update_path); created under that name, it finds its schema
+# and claims; the synthetic release's package updates it.
+if [ "$have_tle" = 1 ]; then
+    idem_log "step dbdev"
+    DBDEV=$WORK/clone/build/dbdev/idempotency
+    DBDEV_NEXT=$NEXTDIR/build/dbdev/idempotency
+    dbdev_register() { # db dir: as dbdev.install, by the pgtle_admin role
+        local dir=$2 v f
+        v=$(sed -n "s/^default_version *= *'\([^']*\)'.*/\1/p" "$dir/idempotency.control")
+        {
+            echo "DO \$dbdev\$ BEGIN"
+            echo "IF NOT EXISTS (SELECT FROM pgtle.available_extensions() WHERE name = 'test@idempotency') THEN"
+            echo "PERFORM pgtle.install_extension('test@idempotency', '$v', 'test', \$dbdev_sql\$$(cat "$dir/idempotency--$v.sql")\$dbdev_sql\$);"
+            echo "ELSE PERFORM pgtle.install_extension_version_sql('test@idempotency', '$v', \$dbdev_sql\$$(cat "$dir/idempotency--$v.sql")\$dbdev_sql\$);"
+            echo "PERFORM pgtle.set_default_version('test@idempotency', '$v'); END IF;"
+            for f in "$dir"/idempotency--*--*.sql; do
+                [ -f "$f" ] || continue
+                f=$(basename "$f" .sql)
+                echo "PERFORM pgtle.install_update_path('test@idempotency', '$(cut -d- -f3 <<<"$f")', '$(cut -d- -f5 <<<"$f")', \$dbdev_sql\$$(cat "$dir/$f.sql")\$dbdev_sql\$);"
+            done
+            echo "END \$dbdev\$;"
+        } | idem_psql -U idem_tle_admin -d "$1" -f -
+    }
+    if { [ -f "$DBDEV/idempotency.control" ] && [ -f "$DBDEV/README.md" ] && [ -f "$DBDEV/idempotency--$V.sql" ] &&
+         idem_psql -c "CREATE DATABASE idem_dbdev OWNER idem_tle_admin TEMPLATE template0" &&
+         idem_psql -d idem_dbdev -c "CREATE EXTENSION pg_tle" &&
+         dbdev_register idem_dbdev "$DBDEV" &&
+         idem_psql -U idem_tle_admin -d idem_dbdev -c "CREATE SCHEMA idem" -c "CREATE EXTENSION \"test@idempotency\" SCHEMA idem" &&
+         got=$(idem_psql -At -U idem_tle_admin -d idem_dbdev -c "SELECT idem.idem_grant('idem_tle_admin')" \
+                 -c "SELECT idem.idem_claim('d', 'k'), idem.idem_claim('d', 'k')") &&
+         dbdev_register idem_dbdev "$DBDEV_NEXT" &&
+         got2=$(idem_psql -At -U idem_tle_admin -d idem_dbdev -c "ALTER EXTENSION \"test@idempotency\" UPDATE" \
+                 -c "SELECT extversion FROM pg_extension WHERE extname = 'test@idempotency'" -c "SELECT idem.idem_synthetic_next()"); } \
+         >"$WORK/dbdev.log" 2>&1 &&
+       [ "$got" = "$(printf '\nt|f')" ] && [ "$got2" = "$(printf '%s\n%s' "$NEXT" "$NEXT")" ]; then
+        ok dbdev
+    else
+        cat "$WORK/dbdev.log" >&2
+        bad dbdev "the database.dev package as test@idempotency: got '${got:-}' / '${got2:-}'"
+    fi
+else
+    skip dbdev "no pg_tle"
+fi
 idem_cluster_stop
 
 # The C edition: built into a private copy of the installation (as make test).
@@ -279,34 +549,38 @@ else
 fi
 [ "$have_tle" = 1 ] || skip parity-tle "no pg_tle"
 
-# --- tap: from the pg_tle edition to the C edition by pg_dump -----------------
-# test/portable/t/*.pl with the two installations: the system's (pg_tle,
-# no C edition) and the private one built for parity (the C edition).
-if [ "$have_tle" = 1 ]; then
-    idem_log "step tap"
-    idem_as_pg mkdir -p "$WORK/tap"
-    (cd "$WORK/src" && idem_as_pg env \
-        PERL5LIB="$IDEM_PGXS_DIR/src/test/perl" \
-        PG_REGRESS="$IDEM_PGXS_DIR/src/test/regress/pg_regress" \
-        TESTDIR="$WORK/tap" \
-        IDEM_TLE_INSTALL="$(dirname "$SYS_BINDIR")" IDEM_C_INSTALL="$(dirname "$IDEM_BINDIR")" \
-        IDEM_TLE_FILE="$TLE" \
-        timeout --kill-after=10 "${IDEM_SUITE_TIMEOUT:-900}" \
-        prove test/portable/t/*.pl) >"$WORK/tap.log" 2>&1
-    rc=$?
-    cat "$WORK/tap.log"
-    tap_files=$(grep -cE '^test/portable/t/\S+\.pl \.+ ' "$WORK/tap.log")
-    tap_bad=$(grep -cE '^test/portable/t/\S+\.pl \.+ .*(Dubious|Failed)' "$WORK/tap.log")
-    if [ "$rc" -ne 0 ] && [ "$tap_bad" -eq 0 ]; then tap_bad=1; fi
-    record tap $((tap_files - tap_bad)) "$tap_bad"
-    if [ "$tap_bad" -gt 0 ]; then
-        failures+=("tap: see $WORK/tap/tmp_check/log (KEEP_WORK=1 keeps it)")
-        for f in "$WORK"/tap/tmp_check/log/regress_log_*; do
-            [ -f "$f" ] && { echo "---- $f (last 60 lines)"; tail -n 60 "$f"; }
-        done
-    fi
-else
-    skip tap "no pg_tle"
+# --- tap: test/portable/t/*.pl -------------------------------------------------
+# With the two installations: the portable edition's (pg_tle when it has
+# it, no C edition) and the private one built for parity (the C edition).
+# 001: a pg_tle database dumped into the C edition (needs pg_tle); 002:
+# idem_purge scheduled with pg_cron (needs pg_cron; pg_tle or the plain
+# script).  A test without what it needs skips itself, counted skipped.
+idem_log "step tap"
+idem_as_pg mkdir -p "$WORK/tap"
+tap_env=(PERL5LIB="$IDEM_PGXS_DIR/src/test/perl"
+         PG_REGRESS="$IDEM_PGXS_DIR/src/test/regress/pg_regress"
+         TESTDIR="$WORK/tap"
+         IDEM_PORTABLE_INSTALL="$(dirname "$SYS_BINDIR")" IDEM_C_INSTALL="$(dirname "$IDEM_BINDIR")"
+         IDEM_PLAIN_FILE="$PLAIN")
+[ "$have_tle" = 1 ] && tap_env+=(IDEM_TLE_INSTALL="$(dirname "$SYS_BINDIR")" IDEM_TLE_FILE="$TLE")
+[ "$have_cron" = 1 ] && tap_env+=(IDEM_CRON=1)
+(cd "$WORK/src" && idem_as_pg env "${tap_env[@]}" \
+    timeout --kill-after=10 "${IDEM_SUITE_TIMEOUT:-900}" \
+    prove test/portable/t/*.pl) >"$WORK/tap.log" 2>&1
+rc=$?
+cat "$WORK/tap.log"
+tap_files=$(grep -cE '^test/portable/t/\S+\.pl \.+ ' "$WORK/tap.log")
+tap_bad=$(grep -cE '^test/portable/t/\S+\.pl \.+ .*(Dubious|Failed)' "$WORK/tap.log")
+tap_skip=$(grep -cE '^test/portable/t/\S+\.pl \.+ skipped' "$WORK/tap.log")
+if [ "$rc" -ne 0 ] && [ "$tap_bad" -eq 0 ]; then tap_bad=1; fi
+record tap $((tap_files - tap_bad - tap_skip)) "$tap_bad" "$tap_skip"
+while read -r line; do skips+=("tap: $line"); done \
+    < <(sed -nE 's/^(test\/portable\/t\/\S+\.pl) \.+ skipped: (.*)/\1: \2/p' "$WORK/tap.log")
+if [ "$tap_bad" -gt 0 ]; then
+    failures+=("tap: see $WORK/tap/tmp_check/log (KEEP_WORK=1 keeps it)")
+    for f in "$WORK"/tap/tmp_check/log/regress_log_*; do
+        [ -f "$f" ] && { echo "---- $f (last 60 lines)"; tail -n 60 "$f"; }
+    done
 fi
 
 echo

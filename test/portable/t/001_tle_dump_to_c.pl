@@ -23,7 +23,7 @@ use Test::More;
 
 my ($tle_install, $c_install, $tle_file) =
   @ENV{qw(IDEM_TLE_INSTALL IDEM_C_INSTALL IDEM_TLE_FILE)};
-plan skip_all => 'IDEM_TLE_INSTALL, IDEM_C_INSTALL and IDEM_TLE_FILE are not set (test/portable.sh sets them)'
+plan skip_all => 'needs pg_tle (IDEM_TLE_INSTALL, IDEM_C_INSTALL, IDEM_TLE_FILE: test/portable.sh sets them where pg_tle is installed)'
   unless $tle_install && $c_install && $tle_file;
 
 my $tmp = PostgreSQL::Test::Utils::tempdir;

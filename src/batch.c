@@ -39,7 +39,7 @@
  *	     that became live between steps 1 and 2 (a concurrent claim that
  *	     committed meanwhile).  ON CONFLICT DO UPDATE left its row locked
  *	     by this transaction, so nobody can change it: it is settled by
- *	     idem_claim_one (claim.c), which therefore cannot wait here, and
+ *	     idem_claim_spi_plain (claim.c), which therefore cannot wait here, and
  *	     which reports the duplicate as idem_claim does.  Such a row stays
  *	     locked until the transaction ends; this only happens to a key
  *	     first claimed by a concurrent transaction during this call.
@@ -51,14 +51,14 @@
  *	  its primary key probe, exactly as idem_claim does it (the probe waits
  *	  for a transaction that is inserting or deleting the key, as the
  *	  INSERT would); a found record that may be taken over is taken over at
- *	  once by idem_claim_one's UPDATE, and a live one is a duplicate, not
+ *	  once by idem_claim_spi_plain's UPDATE, and a live one is a duplicate, not
  *	  touched.  Waits come in the same sorted order, a redelivered batch
  *	  still writes nothing, and the table is opened once for the batch.
  *
  *	  Row-level security: a record that a policy hides from step 1 is not
  *	  a duplicate there; step 2 then meets it and the policy stops the statement
  *	  (42501), or, depending on the server version, step 3 does
- *	  (idem_claim_one's 42501).  A hidden key is never claimed twice.
+ *	  (idem_claim_spi_plain's 42501).  A hidden key is never claimed twice.
  *
  *	  Visibility: in READ COMMITTED each statement takes a fresh snapshot.
  *	  A live record that an uncommitted transaction is deleting or making
@@ -101,6 +101,7 @@
 #include "utils/tuplestore.h"
 
 #include "idempotency.h"
+#include "claim.h"
 #include "spi_read.h"
 
 PG_FUNCTION_INFO_V1(idem_claim_many);
@@ -281,7 +282,7 @@ batch_arg_keys(FunctionCallInfo fcinfo, int argno, const char *fname,
  * The fast path (READ COMMITTED and a plain idem_records; see direct.c)
  * instead of the three steps of batch_claim: each key in sorted order,
  * inserted or found by its primary key probe through the open fast path
- * direct; a record to take over goes through idem_claim_one's UPDATE at
+ * direct; a record to take over goes through idem_claim_spi_plain's UPDATE at
  * once, so the order is kept.  Statistics are counted per key by claim.c.
  */
 static void
@@ -294,12 +295,12 @@ batch_claim_direct(IdemDirect *direct, Oid nsp, text *scope, BatchKey *distinct,
 	for (i = 0; i < m; i++)
 	{
 		text	   *key = (text *) DatumGetPointer(distinct[i].key);
-		int			r;
+		IdemClaimOutcome r;
 
-		r = idem_claim_direct_in(direct, scope, key, now, expires, NULL, fname);
-		if (r < 0)
-			r = idem_claim_one(nsp, scope, key, now, expires, NULL, fname);
-		state[i] = r ? KEY_CLAIMED : KEY_DUPLICATE;
+		r = idem_claim_fast_through(direct, scope, key, now, expires, NULL, fname);
+		if (r == IDEM_CLAIM_UNDECIDED)
+			r = idem_claim_spi_plain(nsp, scope, key, now, expires, NULL, fname);
+		state[i] = r == IDEM_CLAIM_ACQUIRED ? KEY_CLAIMED : KEY_DUPLICATE;
 	}
 }
 
@@ -327,7 +328,7 @@ batch_claim(Oid nsp, text *scope, BatchKey *distinct, int m,
 	idem_spi_connect();
 
 	/* The fast path where it applies (see batch_claim_direct). */
-	direct = idem_direct_open(nsp);
+	direct = idem_direct_open(nsp, NULL);
 	if (direct != NULL)
 	{
 		batch_claim_direct(direct, nsp, scope, distinct, m, now, expires, state);
@@ -343,15 +344,16 @@ batch_claim(Oid nsp, text *scope, BatchKey *distinct, int m,
 	 * idem_claim does, a statement routed to its shard.  The keys are still
 	 * locked in one order, whatever shard holds them, so two batches wait
 	 * for each other rather than deadlock.  The same for records with a
-	 * shard key (shard.c), whose statements are keyed.
+	 * shard key (shard.c), whose statements are rewritten per shard.
 	 */
 	if (idem_records_citus(nsp) || OidIsValid(idem_shard_type(nsp)))
 	{
 		for (i = 0; i < m; i++)
 		{
 			CHECK_FOR_INTERRUPTS();
-			state[i] = idem_claim_one(nsp, scope, (text *) DatumGetPointer(distinct[i].key),
-									  now, expires, NULL, fname) ? KEY_CLAIMED : KEY_DUPLICATE;
+			state[i] = idem_claim_spi_plain(nsp, scope, (text *) DatumGetPointer(distinct[i].key),
+											now, expires, NULL, fname) == IDEM_CLAIM_ACQUIRED ?
+				KEY_CLAIMED : KEY_DUPLICATE;
 		}
 		SPI_finish();
 		return;
@@ -418,7 +420,7 @@ batch_claim(Oid nsp, text *scope, BatchKey *distinct, int m,
 
 		/*
 		 * Step 3: keys whose rows step 2 found live (and left locked).
-		 * idem_claim_one counts its own statistics.
+		 * idem_claim_spi_plain counts its own statistics.
 		 */
 		if (n < npending)
 		{
@@ -427,10 +429,10 @@ batch_claim(Oid nsp, text *scope, BatchKey *distinct, int m,
 				CHECK_FOR_INTERRUPTS();
 				if (state[i] == KEY_CLAIMED || state[i] == KEY_DUPLICATE)
 					continue;
-				state[i] = idem_claim_one(nsp, scope,
-										  (text *) DatumGetPointer(distinct[i].key),
-										  now, expires, NULL, fname)
-					? KEY_CLAIMED : KEY_DUPLICATE;
+				state[i] = idem_claim_spi_plain(nsp, scope,
+												(text *) DatumGetPointer(distinct[i].key),
+												now, expires, NULL, fname) == IDEM_CLAIM_ACQUIRED ?
+					KEY_CLAIMED : KEY_DUPLICATE;
 			}
 		}
 	}
@@ -540,19 +542,5 @@ idem_claim_many(PG_FUNCTION_ARGS)
 	return (Datum) 0;
 }
 
-/*
- * The F_at twins of this file (sql/idempotency_shard.sql):
- * F_at(shard_key "any", the arguments of F) is F for idem_records
- * distributed by a shard key; shard_key is the record's distribution
- * value.  Each fails as F does, and as idem_shard_call says (22004 NULL
- * shard_key, 55000 records without a shard key, the conversion's error).
- */
-
-PG_FUNCTION_INFO_V1(idem_claim_many_at);
-
-Datum
-idem_claim_many_at(PG_FUNCTION_ARGS)
-{
-	return idem_shard_call(fcinfo, idem_extension_schema(fcinfo), idem_claim_many,
-						   "idem_claim_many_at");
-}
+/* The F_at twins of this file (IDEM_SHARD_TWIN, idempotency.h). */
+IDEM_SHARD_TWIN(idem_claim_many);

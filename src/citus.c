@@ -43,6 +43,7 @@
 #include "utils/rel.h"
 
 #include "idempotency.h"
+#include "citus.h"
 
 /*
  * Is relid a table that Citus manages (distributed, reference or Citus

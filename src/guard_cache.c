@@ -84,6 +84,9 @@
 #include "utils/xid8.h"
 
 #include "idempotency.h"
+#include "citus.h"
+#include "guard.h"
+#include "machine.h"
 
 /* The hash entry: the trigger's OID and its entry, allocated apart. */
 typedef struct GuardSlot
@@ -104,7 +107,6 @@ typedef struct GuardCallCache
 	uint64		sweeps;
 	GuardEntry *entry;
 } GuardCallCache;
-static bool guard_callback_registered = false;
 
 /* ------------------------------------------------------------------------
  * The trigger cache
@@ -132,6 +134,13 @@ guard_cache_callback(Oid relid)
 			guard_cache_dirty = true;
 		}
 	}
+}
+
+/* Subscribe the cache to relcache invalidations (module.c's _PG_init). */
+void
+idem_guard_cache_init(void)
+{
+	idem_relcache_subscribe(guard_cache_callback);
 }
 
 /* Free an entry that nobody uses: its plan, and its context (itself). */
@@ -209,17 +218,6 @@ column_of(TupleDesc desc, const char *name)
 			return i + 1;
 	}
 	return InvalidAttrNumber;
-}
-
-/* 39P01: the firing trigger is not one idem_guard made. */
-void
-idem_not_a_guard(Trigger *tg)
-{
-	ereport(ERROR,
-			(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
-			 errmsg("idem_guard_trigger: trigger \"%s\" was not created by idem_guard()",
-					tg->tgname),
-			 errhint("Install guards with idem_guard(); a guard made before 0.5.0 is renewed by ALTER EXTENSION idempotency UPDATE or by calling idem_guard() again.")));
 }
 
 /* The version column of an entry: integer or bigint (42804). */
@@ -487,11 +485,6 @@ guard_entry(FunctionCallInfo fcinfo, TriggerData *td)
 			return slot->entry;
 	}
 
-	if (!guard_callback_registered)
-	{
-		idem_relcache_subscribe(guard_cache_callback);
-		guard_callback_registered = true;
-	}
 	if (guard_cache == NULL)
 	{
 		HASHCTL		ctl;
@@ -578,19 +571,6 @@ guard_entry(FunctionCallInfo fcinfo, TriggerData *td)
 	/* Valid unless an invalidation arrived during the build. */
 	e->valid = !e->stale;
 	return e;
-}
-
-/*
- * The prefix of an error raised inside the user's statement on table (a
- * quoted, qualified name): what the user did, "guarded update of t" or
- * "guarded insert into t".
- */
-char *
-idem_guard_doing(TriggerData *td, const char *table)
-{
-	return psprintf("guarded %s %s",
-					TRIGGER_FIRED_BY_INSERT(td->tg_event) ? "insert into" : "update of",
-					table);
 }
 
 /*

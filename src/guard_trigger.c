@@ -78,26 +78,43 @@
 #include "utils/xid8.h"
 
 #include "idempotency.h"
+#include "citus.h"
+#include "guard.h"
+#include "machine.h"
 
 PG_FUNCTION_INFO_V1(idem_guard_trigger);
+PG_FUNCTION_INFO_V1(idem_guard_allows);
+
+/*
+ * idem_guard_allows(machine text, old_status text, new_status text)
+ *   RETURNS boolean
+ *
+ * The rule of a guard (guard.c), evaluated in the WHEN condition of its
+ * triggers: true when the value is unchanged (bytewise, NULL included),
+ * when old_status is NULL and new_status is an initial state, or when
+ * old_status -> new_status is declared; false otherwise, values that are
+ * not states included (the trigger then fires and explains).  Fails with
+ * 22004 (NULL machine), 22023/22001 (bad machine name), 42704 (no such
+ * machine).
+ */
+Datum
+idem_guard_allows(PG_FUNCTION_ARGS)
+{
+	text	   *args[3];
+	IdemMachine *m;
+	bool		result;
+
+	idem_call_text_args(fcinfo, args, 3);
+	m = idem_machine_of_call(fcinfo, "idem_guard_allows");
+	result = idem_guard_verdict(m, args[1], args[2], false) <= IDEM_GUARD_UNCHANGED;
+	idem_machine_unpin();
+	PG_RETURN_BOOL(result);
+}
 
 /* ------------------------------------------------------------------------
  * The checks
  * ------------------------------------------------------------------------
  */
-
-/* A status value for messages: "quoted", or NULL. */
-static char *
-show(text *t)
-{
-	return t == NULL ? pstrdup("NULL") : psprintf("\"%s\"", text_to_cstring(t));
-}
-
-static int
-state_of(IdemMachine *m, text *t)
-{
-	return t == NULL ? -1 : idem_machine_state(m, VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t));
-}
 
 static text *
 status_value(HeapTuple tuple, GuardEntry *e, TupleDesc desc)
@@ -115,65 +132,6 @@ same_value(text *a, text *b)
 		return a == b;
 	return VARSIZE_ANY_EXHDR(a) == VARSIZE_ANY_EXHDR(b) &&
 		memcmp(VARDATA_ANY(a), VARDATA_ANY(b), VARSIZE_ANY_EXHDR(a)) == 0;
-}
-
-/*
- * Raise ID004 for a refused change of the status from `from` to `to`
- * (verdict v, from idem_guard_verdict): the message says why.
- */
-static void
-guard_refuse(GuardEntry *e, IdemMachine *m, TriggerData *td, text *from, text *to,
-			 IdemGuardVerdict v)
-{
-	Relation	rel = td->tg_relation;
-	const char *mname = idem_machine_name(m);
-	const char *doing = idem_guard_doing(td, e->table_name);
-
-	switch (v)
-	{
-		case IDEM_GUARD_ALLOWED:
-		case IDEM_GUARD_UNCHANGED:
-			return;
-		case IDEM_GUARD_BAD_INITIAL:
-			ereport(ERROR,
-					(errcode(ERRCODE_IDEM_ILLEGAL_TRANSITION),
-					 errmsg("%s: illegal initial state %s", doing, show(to)),
-					 errdetail("Machine \"%s\" does not allow a row to start in %s (column \"%s\" of table %s).",
-							   mname, show(to), e->status_name, e->table_name),
-					 errhint("The initial states are %s.", idem_machine_initial_list(m)),
-					 errtablecol(rel, e->status_att)));
-			break;
-		case IDEM_GUARD_UNKNOWN_TO:
-			ereport(ERROR,
-					(errcode(ERRCODE_IDEM_ILLEGAL_TRANSITION),
-					 errmsg("%s: illegal transition from %s to %s", doing, show(from), show(to)),
-					 errdetail("Machine \"%s\" does not allow the transition from %s to %s: %s is not a state of the machine (column \"%s\" of table %s).",
-							   mname, show(from), show(to), show(to),
-							   e->status_name, e->table_name),
-					 errhint("The states of machine \"%s\" are %s.", mname,
-							 idem_machine_state_list(m)),
-					 errtablecol(rel, e->status_att)));
-			break;
-		case IDEM_GUARD_UNKNOWN_FROM:
-			ereport(ERROR,
-					(errcode(ERRCODE_IDEM_ILLEGAL_TRANSITION),
-					 errmsg("%s: illegal transition from %s to %s", doing, show(from), show(to)),
-					 errdetail("Machine \"%s\" does not allow the transition from %s to %s: the current value %s is not a state of the machine (column \"%s\" of table %s).",
-							   mname, show(from), show(to), show(from),
-							   e->status_name, e->table_name),
-					 errhint("Add the state to the machine with idem_machine_define(), or leave the value unchanged."),
-					 errtablecol(rel, e->status_att)));
-			break;
-		case IDEM_GUARD_UNDECLARED:
-			ereport(ERROR,
-					(errcode(ERRCODE_IDEM_ILLEGAL_TRANSITION),
-					 errmsg("%s: illegal transition from %s to %s", doing, show(from), show(to)),
-					 errdetail("Machine \"%s\" does not allow the transition from %s to %s (column \"%s\" of table %s).",
-							   mname, show(from), show(to), e->status_name, e->table_name),
-					 errhint("%s", idem_machine_targets_hint(m, state_of(m, from))),
-					 errtablecol(rel, e->status_att)));
-			break;
-	}
 }
 
 /* newtuple with the version column set to the old version + 1. */
@@ -281,7 +239,7 @@ guard_check(GuardEntry *e, FunctionCallInfo fcinfo, TriggerData *td)
 		from = status_value(td->tg_trigtuple, e, desc);
 	m = idem_guard_machine(e, fcinfo, td);
 	v = idem_guard_verdict(m, from, to, insert);
-	guard_refuse(e, m, td, from, to, v);
+	idem_guard_refuse(e, m, td, from, to, v);
 	if (!insert && v != IDEM_GUARD_UNCHANGED && e->version_att != InvalidAttrNumber)
 		guard_check_version(e, td);
 }

@@ -39,11 +39,14 @@
 #include "pgstat.h"
 #include "storage/latch.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 #include "utils/timestamp.h"
 
 #include "idempotency.h"
+#include "citus.h"
+#include "claim.h"
 #include "spi_read.h"
 
 PG_FUNCTION_INFO_V1(idem_begin);
@@ -51,6 +54,27 @@ PG_FUNCTION_INFO_V1(idem_heartbeat);
 PG_FUNCTION_INFO_V1(idem_finish);
 PG_FUNCTION_INFO_V1(idem_fail);
 PG_FUNCTION_INFO_V1(idem_await);
+
+/* idempotency.max_attempts: retryable failures before a record is failed */
+static int	max_attempts = 0;
+
+/* Define idempotency.max_attempts (module.c's _PG_init). */
+void
+idem_lease_init(void)
+{
+	DefineCustomIntVariable("idempotency.max_attempts",
+							"Retryable failures after which a leased record becomes permanently failed.",
+							"0 means unlimited.",
+							&max_attempts,
+							0,
+							0,
+							INT_MAX,
+							PGC_USERSET,
+							0,
+							NULL,
+							NULL,
+							NULL);
+}
 
 /* idem_await's longest sleep between two looks at the record. */
 #define AWAIT_MAX_NAP_MS 100
@@ -71,7 +95,7 @@ static IdemQuery q_begin_insert = {
 	" ON CONFLICT (scope, key) DO NOTHING"
 	" RETURNING r.token",
 	7, {TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
-	TIMESTAMPTZOID, INTERVALOID}, true
+	TIMESTAMPTZOID, INTERVALOID}, IDEM_REWRITTEN_PER_SHARD
 };
 
 static IdemQuery q_begin_read = {
@@ -79,7 +103,7 @@ static IdemQuery q_begin_read = {
 	"       r.locked_until, r.result"
 	" FROM @extschema@.idem_records r"
 	" WHERE r.scope OPERATOR(pg_catalog.=) $1 AND r.key OPERATOR(pg_catalog.=) $2",
-	2, {TEXTOID, TEXTOID}, true
+	2, {TEXTOID, TEXTOID}, IDEM_REWRITTEN_PER_SHARD
 };
 
 /*
@@ -106,7 +130,7 @@ static IdemQuery q_begin_read = {
 static IdemQuery q_begin_takeover = {
 	BEGIN_TAKEOVER_SQL("pg_catalog.nextval('@extschema@.idem_token_seq'::pg_catalog.regclass)"),
 	7, {TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
-	TIMESTAMPTZOID, INTERVALOID}, true
+	TIMESTAMPTZOID, INTERVALOID}, IDEM_REWRITTEN_PER_SHARD
 };
 
 /*
@@ -118,7 +142,7 @@ static IdemQuery q_begin_takeover = {
 static IdemQuery q_begin_takeover_citus = {
 	BEGIN_TAKEOVER_SQL("$8"),
 	8, {TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
-	TIMESTAMPTZOID, INTERVALOID, INT8OID}, true
+	TIMESTAMPTZOID, INTERVALOID, INT8OID}, IDEM_REWRITTEN_PER_SHARD
 };
 
 /*
@@ -147,14 +171,14 @@ static IdemQuery q_heartbeat = {
 	HOLDS_LEASE_SQL
 	" AND COALESCE($5, r.lease) IS NOT NULL"
 	" RETURNING r.locked_until",
-	5, {TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID, INTERVALOID}, true
+	5, {TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID, INTERVALOID}, IDEM_REWRITTEN_PER_SHARD
 };
 
 static IdemQuery q_finish = {
 	"UPDATE @extschema@.idem_records r"
 	" SET status = 'completed', result = $5, locked_until = NULL, updated_at = $4"
 	HOLDS_LEASE_SQL,
-	5, {TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID, JSONBOID}, true
+	5, {TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID, JSONBOID}, IDEM_REWRITTEN_PER_SHARD
 };
 
 static IdemQuery q_fail = {
@@ -164,14 +188,14 @@ static IdemQuery q_fail = {
 	"             THEN 'retryable' ELSE 'failed' END,"
 	"     result = $5, locked_until = NULL, updated_at = $4"
 	HOLDS_LEASE_SQL,
-	7, {TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID, JSONBOID, BOOLOID, INT4OID}, true
+	7, {TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID, JSONBOID, BOOLOID, INT4OID}, IDEM_REWRITTEN_PER_SHARD
 };
 
 static IdemQuery q_lease_state = {
 	"SELECT r.status, r.token, r.expires_at OPERATOR(pg_catalog.>) $3, r.lease IS NULL"
 	" FROM @extschema@.idem_records r"
 	" WHERE r.scope OPERATOR(pg_catalog.=) $1 AND r.key OPERATOR(pg_catalog.=) $2",
-	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}, true
+	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}, IDEM_REWRITTEN_PER_SHARD
 };
 
 static IdemQuery q_await_read = {
@@ -182,7 +206,7 @@ static IdemQuery q_await_read = {
 	" FROM @extschema@.idem_records r"
 	" WHERE r.scope OPERATOR(pg_catalog.=) $1 AND r.key OPERATOR(pg_catalog.=) $2"
 	" AND r.expires_at OPERATOR(pg_catalog.>) $3",
-	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}, true
+	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}, IDEM_REWRITTEN_PER_SHARD
 };
 
 /* The token argument: not NULL. */
@@ -494,7 +518,7 @@ idem_fail(PG_FUNCTION_ARGS)
 	else
 		values[4] = PointerGetDatum(PG_GETARG_JSONB_P(3));
 	values[5] = BoolGetDatum(PG_GETARG_BOOL(4));
-	values[6] = Int32GetDatum(idem_max_attempts);
+	values[6] = Int32GetDatum(max_attempts);
 
 	idem_spi_connect();
 	if (idem_query_exec(&q_fail, nsp, values, nulls, false, 0) == 0)
@@ -620,55 +644,9 @@ idem_await(PG_FUNCTION_ARGS)
 	PG_RETURN_DATUM(result);
 }
 
-/*
- * The F_at twins of this file (sql/idempotency_shard.sql):
- * F_at(shard_key "any", the arguments of F) is F for idem_records
- * distributed by a shard key; shard_key is the record's distribution
- * value.  Each fails as F does, and as idem_shard_call says (22004 NULL
- * shard_key, 55000 records without a shard key, the conversion's error).
- */
-
-PG_FUNCTION_INFO_V1(idem_begin_at);
-
-Datum
-idem_begin_at(PG_FUNCTION_ARGS)
-{
-	return idem_shard_call(fcinfo, idem_extension_schema(fcinfo), idem_begin,
-						   "idem_begin_at");
-}
-
-PG_FUNCTION_INFO_V1(idem_heartbeat_at);
-
-Datum
-idem_heartbeat_at(PG_FUNCTION_ARGS)
-{
-	return idem_shard_call(fcinfo, idem_extension_schema(fcinfo), idem_heartbeat,
-						   "idem_heartbeat_at");
-}
-
-PG_FUNCTION_INFO_V1(idem_finish_at);
-
-Datum
-idem_finish_at(PG_FUNCTION_ARGS)
-{
-	return idem_shard_call(fcinfo, idem_extension_schema(fcinfo), idem_finish,
-						   "idem_finish_at");
-}
-
-PG_FUNCTION_INFO_V1(idem_fail_at);
-
-Datum
-idem_fail_at(PG_FUNCTION_ARGS)
-{
-	return idem_shard_call(fcinfo, idem_extension_schema(fcinfo), idem_fail,
-						   "idem_fail_at");
-}
-
-PG_FUNCTION_INFO_V1(idem_await_at);
-
-Datum
-idem_await_at(PG_FUNCTION_ARGS)
-{
-	return idem_shard_call(fcinfo, idem_extension_schema(fcinfo), idem_await,
-						   "idem_await_at");
-}
+/* The F_at twins of this file (IDEM_SHARD_TWIN, idempotency.h). */
+IDEM_SHARD_TWIN(idem_begin);
+IDEM_SHARD_TWIN(idem_heartbeat);
+IDEM_SHARD_TWIN(idem_finish);
+IDEM_SHARD_TWIN(idem_fail);
+IDEM_SHARD_TWIN(idem_await);

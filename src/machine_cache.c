@@ -80,6 +80,8 @@
 #include "utils/snapmgr.h"
 
 #include "idempotency.h"
+#include "citus.h"
+#include "machine.h"
 
 PG_FUNCTION_INFO_V1(idem_machines_trigger);
 
@@ -145,6 +147,13 @@ machine_cache_callback(Oid relid)
 	}
 }
 
+/* Subscribe the cache to relcache invalidations (module.c's _PG_init). */
+void
+idem_machine_cache_init(void)
+{
+	idem_relcache_subscribe(machine_cache_callback);
+}
+
 /* Free the retired machines; only when nobody holds a pin. */
 static void
 machine_retired_free(void)
@@ -208,7 +217,6 @@ machine_cache_prepare(Oid nsp)
 		retired_cxt = AllocSetContextCreate(CacheMemoryContext,
 											"idempotency retired machines",
 											ALLOCSET_SMALL_SIZES);
-		idem_relcache_subscribe(machine_cache_callback);
 		RegisterXactCallback(machine_xact_callback, NULL);
 		callback_registered = true;
 	}
@@ -552,4 +560,82 @@ idem_machines_trigger(PG_FUNCTION_ARGS)
 			(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
 			 errmsg("idem_machines_trigger: unsupported trigger event")));
 	return PointerGetDatum(NULL);	/* keep the compiler quiet */
+}
+
+/* ------------------------------------------------------------------------
+ * The machine of a SQL call (transition.c, idem_guard_allows)
+ * ------------------------------------------------------------------------
+ */
+
+/* Per-call-site cache in fn_extra: the last machine used. */
+typedef struct CallCache
+{
+	uint64		gen;			/* idem_machine_generation when looked up */
+	IdemMachine *machine;
+	int			len;
+	char		name[IDEM_MAX_MACHINE_BYTES + 1];
+} CallCache;
+
+/*
+ * The text arguments 1 .. nargs - 1 of a call, fetched (detoasted) before
+ * the machine is looked up; NULL for a NULL argument.
+ */
+void
+idem_call_text_args(FunctionCallInfo fcinfo, text **args, int nargs)
+{
+	for (int i = 1; i < nargs; i++)
+		args[i] = PG_ARGISNULL(i) ? NULL : PG_GETARG_TEXT_PP(i);
+}
+
+/*
+ * The machine named by argument 0, through fn_extra: a repeated call with
+ * the same name costs one memcmp until any definition changes.  Pinned
+ * (idem_machine_pin): the caller unpins it before returning.  Fetch every
+ * other argument first (idem_call_text_args).
+ */
+IdemMachine *
+idem_machine_of_call(FunctionCallInfo fcinfo, const char *fname)
+{
+	CallCache  *cc = (CallCache *) fcinfo->flinfo->fn_extra;
+	text	   *name;
+	const char *p;
+	int			len;
+	IdemMachine *m;
+	bool		cached;
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s: machine must not be null", fname)));
+	name = PG_GETARG_TEXT_PP(0);
+	p = VARDATA_ANY(name);
+	len = VARSIZE_ANY_EXHDR(name);
+
+	idem_machine_pin();
+	if (cc != NULL && cc->gen == idem_machine_generation &&
+		cc->len == len && memcmp(cc->name, p, len) == 0)
+		return cc->machine;
+
+	m = idem_machine_get(idem_extension_schema(fcinfo), p, len, fname, &cached);
+	if (!cached)
+	{
+		/*
+		 * In parallel mode nothing is cached per backend: keep the machine
+		 * for the rest of this query.  Otherwise it raced with an
+		 * invalidation: use it for this call only.
+		 */
+		if (!IsInParallelMode())
+			return m;
+		idem_machine_set_parent(m, fcinfo->flinfo->fn_mcxt);
+	}
+	if (cc == NULL)
+	{
+		cc = MemoryContextAllocZero(fcinfo->flinfo->fn_mcxt, sizeof(CallCache));
+		fcinfo->flinfo->fn_extra = cc;
+	}
+	cc->gen = idem_machine_generation;
+	cc->machine = m;
+	cc->len = len;
+	memcpy(cc->name, p, len);
+	return m;
 }

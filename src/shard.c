@@ -68,7 +68,6 @@
 static bool shard_cache_valid = false;
 static Oid	shard_cache_nsp = InvalidOid;
 static Oid	shard_cache_type = InvalidOid;
-static bool shard_callback_registered = false;
 
 /* The shard key of the F_at call running now, if any. */
 static bool shard_current_set = false;
@@ -85,6 +84,13 @@ shard_cache_reset(Oid relid)
 		shard_cache_valid = false;
 }
 
+/* Subscribe the cache to relcache invalidations (module.c's _PG_init). */
+void
+idem_shard_init(void)
+{
+	idem_relcache_subscribe(shard_cache_reset);
+}
+
 /*
  * The type of idem_records.shard_key in schema nsp, or InvalidOid when
  * idem_records has no such column.
@@ -97,12 +103,6 @@ idem_shard_type(Oid nsp)
 
 	if (shard_cache_valid && shard_cache_nsp == nsp)
 		return shard_cache_type;
-
-	if (!shard_callback_registered)
-	{
-		idem_relcache_subscribe(shard_cache_reset);
-		shard_callback_registered = true;
-	}
 
 	relid = get_relname_relid("idem_records", nsp);
 	shard_cache_relid = relid;

@@ -2,6 +2,8 @@
 # The shape of src/: `make lint` runs it as the tool "structure"
 # (LINT_TOOLS=structure bash test/lint.sh), or run it alone:
 #   bash test/structure.sh [objects...]
+#   STRUCTURE_GRAPH=1 bash test/structure.sh   also prints each file's
+#                                              callees (file -> files)
 #
 # Fails (exit 1), printing what is wrong, when
 #   - the files of src/ call each other in a circle: from the built objects
@@ -101,6 +103,9 @@ cycles=$(printf '%s\n' "$edges" | awk '
         }
     }')
 nfiles=${#objects[@]}
+if [ -n "${STRUCTURE_GRAPH:-}" ]; then
+    printf '%s\n' "$edges" | awk 'NF == 2 { a[$1] = a[$1] " " $2 } END { for (f in a) print f " ->" a[f] }' | sort
+fi
 if [ -n "$cycles" ]; then
     printf '%s\n' "$cycles"
     echo "structure: the files of src/ call each other in a circle ($nfiles files, $nedges edges)"

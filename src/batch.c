@@ -165,22 +165,7 @@ typedef struct BatchKey
 	int			pos;			/* 0-based position in the array */
 } BatchKey;
 
-/* Bytewise order of the keys (as COLLATE "C"), then array position. */
-static int
-batch_key_cmp(const void *a, const void *b)
-{
-	const BatchKey *ka = (const BatchKey *) a;
-	const BatchKey *kb = (const BatchKey *) b;
-	int			c = memcmp(ka->data, kb->data, Min(ka->len, kb->len));
-
-	if (c != 0)
-		return c;
-	if (ka->len != kb->len)
-		return ka->len < kb->len ? -1 : 1;
-	return (ka->pos > kb->pos) - (ka->pos < kb->pos);
-}
-
-/* Bytewise order only: for bsearch among the distinct keys. */
+/* Bytewise order only (as COLLATE "C"): for bsearch among the distinct keys. */
 static int
 batch_bytes_cmp(const void *a, const void *b)
 {
@@ -190,9 +175,20 @@ batch_bytes_cmp(const void *a, const void *b)
 
 	if (c != 0)
 		return c;
-	if (ka->len != kb->len)
-		return ka->len < kb->len ? -1 : 1;
-	return 0;
+	return (ka->len > kb->len) - (ka->len < kb->len);
+}
+
+/* Bytewise order of the keys, then array position: for sorting them. */
+static int
+batch_key_cmp(const void *a, const void *b)
+{
+	const BatchKey *ka = (const BatchKey *) a;
+	const BatchKey *kb = (const BatchKey *) b;
+	int			c = batch_bytes_cmp(a, b);
+
+	if (c != 0)
+		return c;
+	return (ka->pos > kb->pos) - (ka->pos < kb->pos);
 }
 
 /*
@@ -304,71 +300,51 @@ batch_claim_direct(IdemDirect *direct, Oid nsp, text *scope, BatchKey *distinct,
 	}
 }
 
+/* The statistics of the set-based steps, counted once at the end. */
+typedef struct BatchCounts
+{
+	int64		claimed;
+	int64		takeover;
+	int64		duplicate;
+	int64		in_progress;
+} BatchCounts;
+
 /*
- * Claim the m sorted distinct keys of scope; on return state[i] is
- * KEY_CLAIMED or KEY_DUPLICATE for each.  See the header comment for the
- * three steps and why they keep the lock order.
+ * Claim, one by one in sorted order as idem_claim does through SPI, each
+ * of the m sorted distinct keys of scope that no step decided yet (state
+ * KEY_PENDING or KEY_CLAIMABLE).  idem_claim_spi_plain counts its own
+ * statistics.
  */
 static void
-batch_claim(Oid nsp, text *scope, BatchKey *distinct, int m,
-			TimestampTz now, TimestampTz expires, char *state)
+batch_claim_each(Oid nsp, text *scope, BatchKey *distinct, int m,
+				 TimestampTz now, TimestampTz expires, char *state)
 {
-	const char *fname = "idem_claim_many";
-	Datum	   *datums = (Datum *) palloc(m * sizeof(Datum));
-	Datum		values[4];
-	int			npending;
-	int			n;
 	int			i;
-	int64		n_claimed = 0;
-	int64		n_takeover = 0;
-	int64		n_duplicate = 0;
-	int64		n_in_progress = 0;
-	IdemDirect *direct;
-
-	idem_spi_connect();
-
-	/* The fast path where it applies (see batch_claim_direct). */
-	direct = idem_direct_open(nsp, NULL);
-	if (direct != NULL)
-	{
-		batch_claim_direct(direct, nsp, scope, distinct, m, now, expires, state);
-		idem_direct_close(direct);
-		SPI_finish();
-		return;
-	}
-
-	/*
-	 * idem_records distributed by Citus: Citus cannot plan the two steps
-	 * below (an INSERT ... SELECT over a table function, a lateral
-	 * subquery with LIMIT), so each key, in sorted order, is claimed as
-	 * idem_claim does, a statement routed to its shard.  The keys are still
-	 * locked in one order, whatever shard holds them, so two batches wait
-	 * for each other rather than deadlock.  The same for records with a
-	 * shard key (shard.c), whose statements are rewritten per shard.
-	 */
-	if (idem_records_citus(nsp) || OidIsValid(idem_shard_type(nsp)))
-	{
-		for (i = 0; i < m; i++)
-		{
-			CHECK_FOR_INTERRUPTS();
-			state[i] = idem_claim_spi_plain(nsp, scope, (text *) DatumGetPointer(distinct[i].key),
-											now, expires, NULL, fname) == IDEM_CLAIM_ACQUIRED ?
-				KEY_CLAIMED : KEY_DUPLICATE;
-		}
-		SPI_finish();
-		return;
-	}
 
 	for (i = 0; i < m; i++)
-		datums[i] = distinct[i].key;
-	values[0] = PointerGetDatum(scope);
-	values[1] = PointerGetDatum(construct_array(datums, m, TEXTOID, -1, false,
-												TYPALIGN_INT));
-	values[2] = TimestampTzGetDatum(now);
-	values[3] = TimestampTzGetDatum(expires);
+	{
+		CHECK_FOR_INTERRUPTS();
+		if (state[i] == KEY_CLAIMED || state[i] == KEY_DUPLICATE)
+			continue;
+		state[i] = idem_claim_spi_plain(nsp, scope,
+										(text *) DatumGetPointer(distinct[i].key),
+										now, expires, NULL, "idem_claim_many") ==
+			IDEM_CLAIM_ACQUIRED ? KEY_CLAIMED : KEY_DUPLICATE;
+	}
+}
 
-	/* Step 1: live records are duplicates; their rows are not touched. */
-	n = idem_query_exec(&q_many_live, nsp, values, NULL, false, 0);
+/*
+ * Step 1: the keys (values[1], all m of them) whose records are live are
+ * duplicates, counted and logged; their rows are not touched.  Marks the
+ * keys with a record to take over KEY_CLAIMABLE.
+ */
+static void
+batch_step_live(Oid nsp, text *scope, BatchKey *distinct, int m, Datum *values,
+				char *state, BatchCounts *counts)
+{
+	int			n = idem_query_exec(&q_many_live, nsp, values, NULL, false, 0);
+	int			i;
+
 	for (i = 0; i < n; i++)
 	{
 		int			k = batch_find(distinct, m, i);
@@ -386,14 +362,68 @@ batch_claim(Oid nsp, text *scope, BatchKey *distinct, int m,
 		created_at = DatumGetTimestampTz(idem_spi_read_required(SPI_tuptable, i, 3,
 																TIMESTAMPTZOID, "created_at"));
 		if (idem_duplicate_stat(status) == IDEM_STAT_IN_PROGRESS_CONFLICT)
-			n_in_progress++;
+			counts->in_progress++;
 		else
-			n_duplicate++;
+			counts->duplicate++;
 		idem_log_duplicate("claim", scope, (text *) DatumGetPointer(distinct[k].key),
 						   created_at, status);
 	}
+}
 
-	/* Step 2: insert or take over the rest, in sorted order. */
+/*
+ * Step 2: insert or take over the npending keys of values[1], in sorted
+ * order; returns how many it claimed.  A key it did not claim has a live
+ * record (left locked), for step 3.
+ */
+static int
+batch_step_claim(Oid nsp, BatchKey *distinct, int m, Datum *values,
+				 char *state, BatchCounts *counts)
+{
+	int			n = idem_query_exec(&q_many_claim, nsp, values, NULL, false, 0);
+	int			i;
+
+	for (i = 0; i < n; i++)
+	{
+		int			k = batch_find(distinct, m, i);
+
+		/*
+		 * A takeover if step 1 saw a claimable record.  (A record that came
+		 * or went between the two statements can make this count wrong,
+		 * never the answer.)
+		 */
+		if (state[k] == KEY_CLAIMABLE)
+			counts->takeover++;
+		state[k] = KEY_CLAIMED;
+	}
+	counts->claimed += n;
+	return n;
+}
+
+/*
+ * The three set-based steps of the header comment, for the m sorted
+ * distinct keys of scope; the statistics of steps 1 and 2 are counted at
+ * the end.  Inside SPI.
+ */
+static void
+batch_claim_sets(Oid nsp, text *scope, BatchKey *distinct, int m,
+				 TimestampTz now, TimestampTz expires, char *state)
+{
+	Datum	   *datums = (Datum *) palloc(m * sizeof(Datum));
+	Datum		values[4];
+	int			npending;
+	int			i;
+	BatchCounts counts = {0, 0, 0, 0};
+
+	for (i = 0; i < m; i++)
+		datums[i] = distinct[i].key;
+	values[0] = PointerGetDatum(scope);
+	values[1] = PointerGetDatum(construct_array(datums, m, TEXTOID, -1, false,
+												TYPALIGN_INT));
+	values[2] = TimestampTzGetDatum(now);
+	values[3] = TimestampTzGetDatum(expires);
+
+	batch_step_live(nsp, scope, distinct, m, values, state, &counts);
+
 	npending = 0;
 	for (i = 0; i < m; i++)
 		if (state[i] != KEY_DUPLICATE)
@@ -402,47 +432,53 @@ batch_claim(Oid nsp, text *scope, BatchKey *distinct, int m,
 	{
 		values[1] = PointerGetDatum(construct_array(datums, npending, TEXTOID,
 													-1, false, TYPALIGN_INT));
-		n = idem_query_exec(&q_many_claim, nsp, values, NULL, false, 0);
-		for (i = 0; i < n; i++)
-		{
-			int			k = batch_find(distinct, m, i);
-
-			/*
-			 * A takeover if step 1 saw a claimable record.  (A record that
-			 * came or went between the two statements can make this count
-			 * wrong, never the answer.)
-			 */
-			if (state[k] == KEY_CLAIMABLE)
-				n_takeover++;
-			state[k] = KEY_CLAIMED;
-		}
-		n_claimed += n;
-
-		/*
-		 * Step 3: keys whose rows step 2 found live (and left locked).
-		 * idem_claim_spi_plain counts its own statistics.
-		 */
-		if (n < npending)
-		{
-			for (i = 0; i < m; i++)
-			{
-				CHECK_FOR_INTERRUPTS();
-				if (state[i] == KEY_CLAIMED || state[i] == KEY_DUPLICATE)
-					continue;
-				state[i] = idem_claim_spi_plain(nsp, scope,
-												(text *) DatumGetPointer(distinct[i].key),
-												now, expires, NULL, fname) == IDEM_CLAIM_ACQUIRED ?
-					KEY_CLAIMED : KEY_DUPLICATE;
-			}
-		}
+		/* Step 3: keys whose rows step 2 found live (and left locked). */
+		if (batch_step_claim(nsp, distinct, m, values, state, &counts) < npending)
+			batch_claim_each(nsp, scope, distinct, m, now, expires, state);
 	}
 
-	SPI_finish();
+	idem_stats_add(scope, IDEM_STAT_CLAIMED, counts.claimed);
+	idem_stats_add(scope, IDEM_STAT_TAKEOVER, counts.takeover);
+	idem_stats_add(scope, IDEM_STAT_DUPLICATE, counts.duplicate);
+	idem_stats_add(scope, IDEM_STAT_IN_PROGRESS_CONFLICT, counts.in_progress);
+}
 
-	idem_stats_add(scope, IDEM_STAT_CLAIMED, n_claimed);
-	idem_stats_add(scope, IDEM_STAT_TAKEOVER, n_takeover);
-	idem_stats_add(scope, IDEM_STAT_DUPLICATE, n_duplicate);
-	idem_stats_add(scope, IDEM_STAT_IN_PROGRESS_CONFLICT, n_in_progress);
+/*
+ * Claim the m sorted distinct keys of scope; on return state[i] is
+ * KEY_CLAIMED or KEY_DUPLICATE for each.  See the header comment for the
+ * three steps and why they keep the lock order.
+ */
+static void
+batch_claim(Oid nsp, text *scope, BatchKey *distinct, int m,
+			TimestampTz now, TimestampTz expires, char *state)
+{
+	IdemDirect *direct;
+
+	idem_spi_connect();
+
+	/* The fast path where it applies (see batch_claim_direct). */
+	direct = idem_direct_open(nsp, NULL);
+	if (direct != NULL)
+	{
+		batch_claim_direct(direct, nsp, scope, distinct, m, now, expires, state);
+		idem_direct_close(direct);
+	}
+
+	/*
+	 * idem_records distributed by Citus: Citus cannot plan the two steps
+	 * below (an INSERT ... SELECT over a table function, a lateral
+	 * subquery with LIMIT), so each key, in sorted order, is claimed as
+	 * idem_claim does, a statement routed to its shard.  The keys are still
+	 * locked in one order, whatever shard holds them, so two batches wait
+	 * for each other rather than deadlock.  The same for records with a
+	 * shard key (shard.c), whose statements are rewritten per shard.
+	 */
+	else if (idem_records_citus(nsp) || OidIsValid(idem_shard_type(nsp)))
+		batch_claim_each(nsp, scope, distinct, m, now, expires, state);
+	else
+		batch_claim_sets(nsp, scope, distinct, m, now, expires, state);
+
+	SPI_finish();
 }
 
 /*

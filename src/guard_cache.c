@@ -458,29 +458,19 @@ guard_column(TriggerData *td, GuardEntry *e, Bitmapset *deps, int argno,
 	return att;
 }
 
-/* The cache entry of the firing trigger, built on first use. */
+/*
+ * The valid cache entry of trigger tgoid, or NULL (creating the cache, and
+ * sweeping it after invalidations, first).  An entry whose build failed
+ * is retired.
+ */
 static GuardEntry *
-guard_entry(FunctionCallInfo fcinfo, TriggerData *td)
+guard_cache_lookup(Oid tgoid)
 {
-	Trigger    *tg = td->tg_trigger;
-	Relation	rel = td->tg_relation;
-	TupleDesc	desc = RelationGetDescr(rel);
 	GuardSlot  *slot;
-	GuardEntry *e;
-	Form_pg_attribute attr;
-	MemoryContext old;
-	MemoryContext cxt;
-	bool		found;
-	char	   *nspname;
-	char	   *table;
-	Oid			logical = InvalidOid;
-	char	   *shard_min = NULL;
-	GuardRole	role;
-	Bitmapset  *deps = NULL;
 
 	if (guard_cache != NULL && !guard_cache_dirty)
 	{
-		slot = (GuardSlot *) hash_search(guard_cache, &tg->tgoid, HASH_FIND, NULL);
+		slot = (GuardSlot *) hash_search(guard_cache, &tgoid, HASH_FIND, NULL);
 		if (slot != NULL && slot->entry->valid)
 			return slot->entry;
 	}
@@ -499,20 +489,25 @@ guard_entry(FunctionCallInfo fcinfo, TriggerData *td)
 	if (guard_cache_dirty)
 		guard_cache_sweep();
 
-	slot = (GuardSlot *) hash_search(guard_cache, &tg->tgoid, HASH_FIND, NULL);
+	slot = (GuardSlot *) hash_search(guard_cache, &tgoid, HASH_FIND, NULL);
 	if (slot != NULL && slot->entry->valid)
 		return slot->entry;
 	if (slot != NULL)
 		guard_entry_retire(slot);	/* a build that failed */
+	return NULL;
+}
 
-	/* Only a trigger shaped as idem_guard makes it (39P01). */
-	if (!idem_guard_trigger_is_real(tg->tgtype, tg->tgnattr, tg->tgqual,
-									tg->tgnargs, tg->tgargs,
-									idem_guard_allows_oid(idem_extension_schema(fcinfo)),
-									&role))
-		idem_not_a_guard(tg);
-	if (role != GUARD_CHILDREN)
-		deps = trigger_columns(tg->tgoid, RelationGetRelid(rel));
+/*
+ * A new, not yet valid entry for trigger tg of rel (role role), in the
+ * cache, in a memory context of its own.
+ */
+static GuardEntry *
+guard_entry_new(Trigger *tg, Relation rel, GuardRole role)
+{
+	MemoryContext cxt;
+	GuardEntry *e;
+	GuardSlot  *slot;
+	bool		found;
 
 	cxt = AllocSetContextCreate(CacheMemoryContext, "idempotency guard",
 								ALLOCSET_SMALL_SIZES);
@@ -525,20 +520,26 @@ guard_entry(FunctionCallInfo fcinfo, TriggerData *td)
 	e->stale = false;
 	e->relid = RelationGetRelid(rel);
 	e->role = role;
+	return e;
+}
 
-	/* On a Citus shard, messages and history name the distributed table. */
-	e->on_shard = idem_citus_shard_rel(rel, &logical, NULL, &shard_min);
-	if (e->on_shard)
-		table = quote_qualified_identifier(get_namespace_name(get_rel_namespace(logical)),
-										   get_rel_name(logical));
-	else
-	{
-		nspname = get_namespace_name(RelationGetNamespace(rel));
-		table = quote_qualified_identifier(nspname, RelationGetRelationName(rel));
-	}
+/*
+ * The status column of entry e (the first trigger argument names it,
+ * deps says which columns the trigger depends on), its machine's name,
+ * and the names of messages and history, on table (quoted, qualified).
+ * 42804 when the column is no longer text or varchar.
+ */
+static void
+guard_entry_status(GuardEntry *e, TriggerData *td, Bitmapset *deps,
+				   const char *table, const char *shard_min)
+{
+	Trigger    *tg = td->tg_trigger;
+	Form_pg_attribute attr;
+	MemoryContext old;
+	Oid			base;
 
 	e->status_att = guard_column(td, e, deps, 1, "status", table);
-	attr = TupleDescAttr(desc, e->status_att - 1);
+	attr = TupleDescAttr(RelationGetDescr(td->tg_relation), e->status_att - 1);
 	e->machine_len = strlen(tg->tgargs[0]);
 	idem_check_machine_name(tg->tgargs[0], e->machine_len,
 							idem_guard_doing(td, table));
@@ -551,17 +552,54 @@ guard_entry(FunctionCallInfo fcinfo, TriggerData *td)
 	e->history_table = tg->tgnargs > IDEM_GUARD_NARGS ? pstrdup(tg->tgargs[4]) : NULL;
 	MemoryContextSwitchTo(old);
 
-	{
-		Oid			base = getBaseType(attr->atttypid);
+	base = getBaseType(attr->atttypid);
+	if (base != TEXTOID && base != VARCHAROID)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATATYPE_MISMATCH),
+				 errmsg("%s: status column \"%s\" of table %s must be of type text or varchar",
+						idem_guard_doing(td, table), e->status_name, e->table_name),
+				 errdetail("The column is of type %s.", format_type_be(attr->atttypid)),
+				 errhint("Install the guard again with idem_guard() after fixing the column.")));
+}
 
-		if (base != TEXTOID && base != VARCHAROID)
-			ereport(ERROR,
-					(errcode(ERRCODE_DATATYPE_MISMATCH),
-					 errmsg("%s: status column \"%s\" of table %s must be of type text or varchar",
-							idem_guard_doing(td, table), e->status_name, e->table_name),
-					 errdetail("The column is of type %s.", format_type_be(attr->atttypid)),
-					 errhint("Install the guard again with idem_guard() after fixing the column.")));
-	}
+/* The cache entry of the firing trigger, built on first use. */
+static GuardEntry *
+guard_entry(FunctionCallInfo fcinfo, TriggerData *td)
+{
+	Trigger    *tg = td->tg_trigger;
+	Relation	rel = td->tg_relation;
+	GuardEntry *e;
+	char	   *table;
+	Oid			logical = InvalidOid;
+	char	   *shard_min = NULL;
+	GuardRole	role;
+	Bitmapset  *deps = NULL;
+
+	e = guard_cache_lookup(tg->tgoid);
+	if (e != NULL)
+		return e;
+
+	/* Only a trigger shaped as idem_guard makes it (39P01). */
+	if (!idem_guard_trigger_is_real(tg->tgtype, tg->tgnattr, tg->tgqual,
+									tg->tgnargs, tg->tgargs,
+									idem_guard_allows_oid(idem_extension_schema(fcinfo)),
+									&role))
+		idem_not_a_guard(tg);
+	if (role != GUARD_CHILDREN)
+		deps = trigger_columns(tg->tgoid, RelationGetRelid(rel));
+
+	e = guard_entry_new(tg, rel, role);
+
+	/* On a Citus shard, messages and history name the distributed table. */
+	e->on_shard = idem_citus_shard_rel(rel, &logical, NULL, &shard_min);
+	if (e->on_shard)
+		table = quote_qualified_identifier(get_namespace_name(get_rel_namespace(logical)),
+										   get_rel_name(logical));
+	else
+		table = quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
+										   RelationGetRelationName(rel));
+
+	guard_entry_status(e, td, deps, table, shard_min);
 
 	/* The version column: of the version trigger, and checked by the check. */
 	if (tg->tgargs[2][0] != '\0' &&

@@ -366,6 +366,44 @@ guard_history_target(GuardEntry *e, TriggerData *td, Oid *disttype)
 }
 
 /*
+ * The row_key expression of the history INSERT, appended to sql: NULL
+ * without a primary key, else jsonb_build_object of the key's columns,
+ * parameters $6 on (their types into argtypes[5..], their attribute
+ * numbers into e->pk_atts).
+ */
+static void
+guard_log_row_key(GuardEntry *e, Relation rel, Bitmapset *pk, Oid *argtypes,
+				  StringInfo sql)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+	int			x = -1;
+	int			i = 0;
+
+	if (e->npk == 0)
+	{
+		appendStringInfoString(sql, "NULL");
+		return;
+	}
+	appendStringInfoString(sql, "pg_catalog.jsonb_build_object(");
+	while ((x = bms_next_member(pk, x)) >= 0)
+	{
+		AttrNumber	att = x + FirstLowInvalidHeapAttributeNumber;
+		Form_pg_attribute a;
+
+		if (att <= 0 || att > desc->natts)
+			elog(ERROR, "primary key of \"%s\" has attribute number %d",
+				 RelationGetRelationName(rel), att);
+		a = TupleDescAttr(desc, att - 1);
+		e->pk_atts[i] = att;
+		argtypes[5 + i] = a->atttypid;
+		appendStringInfo(sql, "%s%s, $%d", i > 0 ? ", " : "",
+						 quote_literal_cstr(NameStr(a->attname)), 6 + i);
+		i++;
+	}
+	appendStringInfoChar(sql, ')');
+}
+
+/*
  * Prepare the INSERT into idem_transition_log for this entry's table:
  * $1 table, $2 column, $3 from, $4 to, $5 xact id, $6... the primary key
  * columns, turned into a jsonb object by jsonb_build_object (so each value
@@ -384,8 +422,6 @@ guard_log_prepare(GuardEntry *e, TriggerData *td, Oid nsp)
 	StringInfoData sql;
 	Oid		   *argtypes;
 	int			npk = bms_num_members(pk);
-	int			x = -1;
-	int			i = 0;
 	SPIPlanPtr	plan;
 	Oid			disttype = InvalidOid;
 	char	   *target = NULL;
@@ -427,28 +463,7 @@ guard_log_prepare(GuardEntry *e, TriggerData *td, Oid nsp)
 						 " (table_name, status_column, row_key, from_state, to_state, xact_id)"
 						 " VALUES ($1, $2, ",
 						 quote_identifier(nspname));
-	if (npk == 0)
-		appendStringInfoString(&sql, "NULL");
-	else
-	{
-		appendStringInfoString(&sql, "pg_catalog.jsonb_build_object(");
-		while ((x = bms_next_member(pk, x)) >= 0)
-		{
-			AttrNumber	att = x + FirstLowInvalidHeapAttributeNumber;
-			Form_pg_attribute a;
-
-			if (att <= 0 || att > desc->natts)
-				elog(ERROR, "primary key of \"%s\" has attribute number %d",
-					 RelationGetRelationName(rel), att);
-			a = TupleDescAttr(desc, att - 1);
-			e->pk_atts[i] = att;
-			argtypes[5 + i] = a->atttypid;
-			appendStringInfo(&sql, "%s%s, $%d", i > 0 ? ", " : "",
-							 quote_literal_cstr(NameStr(a->attname)), 6 + i);
-			i++;
-		}
-		appendStringInfoChar(&sql, ')');
-	}
+	guard_log_row_key(e, rel, pk, argtypes, &sql);
 	appendStringInfoString(&sql, target != NULL ?
 						   ", $3, $4, pg_catalog.now(), pg_catalog.clock_timestamp(), $5)" :
 						   ", $3, $4, $5)");

@@ -209,6 +209,16 @@ static IdemQuery q_await_read = {
 	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}, IDEM_REWRITTEN_PER_SHARD
 };
 
+/* The parameters the lease statements share: $1 scope, $2 key, $3 token, $4 now. */
+static void
+lease_params(Datum *values, text *scope, text *key, int64 token, TimestampTz now)
+{
+	values[0] = PointerGetDatum(scope);
+	values[1] = PointerGetDatum(key);
+	values[2] = Int64GetDatum(token);
+	values[3] = TimestampTzGetDatum(now);
+}
+
 /* The token argument: not NULL. */
 static int64
 arg_token(FunctionCallInfo fcinfo, int argno, const char *fname)
@@ -401,10 +411,7 @@ idem_heartbeat(PG_FUNCTION_ARGS)
 	idem_check_writable(fname);
 	now = GetCurrentTimestamp();
 
-	values[0] = PointerGetDatum(scope);
-	values[1] = PointerGetDatum(key);
-	values[2] = Int64GetDatum(token);
-	values[3] = TimestampTzGetDatum(now);
+	lease_params(values, scope, key, token, now);
 	if (PG_ARGISNULL(3))
 	{
 		values[4] = (Datum) 0;
@@ -432,6 +439,53 @@ idem_heartbeat(PG_FUNCTION_ARGS)
 }
 
 /*
+ * The body of idem_finish (fail false) and idem_fail (fail true): settle
+ * the record of (scope, key) whose lease token holds, with its result
+ * (argument 3, NULL allowed), and for idem_fail whether the failure is
+ * retryable (argument 4) under idempotency.max_attempts.  Counted as
+ * completed or failed.  Errors as both functions say.
+ */
+static void
+lease_settle(FunctionCallInfo fcinfo, const char *fname, bool fail)
+{
+	text	   *scope = idem_arg_scope(fcinfo, 0, fname);
+	text	   *key = idem_arg_key(fcinfo, 1, fname);
+	int64		token = arg_token(fcinfo, 2, fname);
+	Oid			nsp = idem_extension_schema(fcinfo);
+	TimestampTz now;
+	Datum		values[7];
+	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
+
+	if (fail && PG_ARGISNULL(4))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s: retryable must not be null", fname)));
+
+	idem_check_writable(fname);
+	now = GetCurrentTimestamp();
+
+	lease_params(values, scope, key, token, now);
+	if (PG_ARGISNULL(3))
+	{
+		values[4] = (Datum) 0;
+		nulls[4] = 'n';
+	}
+	else
+		values[4] = PointerGetDatum(PG_GETARG_JSONB_P(3));
+	if (fail)
+	{
+		values[5] = BoolGetDatum(PG_GETARG_BOOL(4));
+		values[6] = Int32GetDatum(max_attempts);
+	}
+
+	idem_spi_connect();
+	if (idem_query_exec(fail ? &q_fail : &q_finish, nsp, values, nulls, false, 0) == 0)
+		lease_lost(nsp, fname, scope, key, token, now, true);
+	idem_stats_count(scope, fail ? IDEM_STAT_FAILED : IDEM_STAT_COMPLETED);
+	SPI_finish();
+}
+
+/*
  * idem_finish(scope text, key text, token bigint, result jsonb DEFAULT NULL)
  *   RETURNS void
  *
@@ -442,36 +496,7 @@ idem_heartbeat(PG_FUNCTION_ARGS)
 Datum
 idem_finish(PG_FUNCTION_ARGS)
 {
-	const char *fname = "idem_finish";
-	text	   *scope = idem_arg_scope(fcinfo, 0, fname);
-	text	   *key = idem_arg_key(fcinfo, 1, fname);
-	int64		token = arg_token(fcinfo, 2, fname);
-	Oid			nsp = idem_extension_schema(fcinfo);
-	TimestampTz now;
-	Datum		values[5];
-	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
-
-	idem_check_writable(fname);
-	now = GetCurrentTimestamp();
-
-	values[0] = PointerGetDatum(scope);
-	values[1] = PointerGetDatum(key);
-	values[2] = Int64GetDatum(token);
-	values[3] = TimestampTzGetDatum(now);
-	if (PG_ARGISNULL(3))
-	{
-		values[4] = (Datum) 0;
-		nulls[4] = 'n';
-	}
-	else
-		values[4] = PointerGetDatum(PG_GETARG_JSONB_P(3));
-
-	idem_spi_connect();
-	if (idem_query_exec(&q_finish, nsp, values, nulls, false, 0) == 0)
-		lease_lost(nsp, fname, scope, key, token, now, true);
-	idem_stats_count(scope, IDEM_STAT_COMPLETED);
-	SPI_finish();
-
+	lease_settle(fcinfo, "idem_finish", false);
 	PG_RETURN_VOID();
 }
 
@@ -489,44 +514,82 @@ idem_finish(PG_FUNCTION_ARGS)
 Datum
 idem_fail(PG_FUNCTION_ARGS)
 {
-	const char *fname = "idem_fail";
-	text	   *scope = idem_arg_scope(fcinfo, 0, fname);
-	text	   *key = idem_arg_key(fcinfo, 1, fname);
-	int64		token = arg_token(fcinfo, 2, fname);
-	Oid			nsp = idem_extension_schema(fcinfo);
-	TimestampTz now;
-	Datum		values[8];
-	char		nulls[8] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	lease_settle(fcinfo, "idem_fail", true);
+	PG_RETURN_VOID();
+}
 
-	if (PG_ARGISNULL(4))
+/*
+ * The checks of idem_await's timeout (22004 NULL) and isolation level
+ * (25000 under REPEATABLE READ or SERIALIZABLE: the snapshot would never
+ * show a change), and the deadline: now + timeout.
+ */
+static TimestampTz
+await_deadline(FunctionCallInfo fcinfo, const char *fname)
+{
+	Interval   *timeout;
+	TimestampTz start;
+
+	if (PG_ARGISNULL(2))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("%s: retryable must not be null", fname)));
+				 errmsg("%s: timeout must not be null", fname)));
 
-	idem_check_writable(fname);
-	now = GetCurrentTimestamp();
+	if (IsolationUsesXactSnapshot())
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_TRANSACTION_STATE),
+				 errmsg("%s: cannot wait in a REPEATABLE READ or SERIALIZABLE transaction", fname),
+				 errdetail("The transaction snapshot would never show the record change."),
+				 errhint("Call idem_await in autocommit or in a READ COMMITTED transaction.")));
 
-	values[0] = PointerGetDatum(scope);
-	values[1] = PointerGetDatum(key);
-	values[2] = Int64GetDatum(token);
-	values[3] = TimestampTzGetDatum(now);
-	if (PG_ARGISNULL(3))
+	timeout = PG_GETARG_INTERVAL_P(2);
+	start = GetCurrentTimestamp();
+	if (timeout->month == 0 && timeout->day == 0 && timeout->time == 0)
+		return start;
+	return idem_add_interval(start, timeout, "timeout", fname);
+}
+
+/*
+ * One look of idem_await at the record of (values[0], values[1]) at now,
+ * allocating in round (reset first): true when the wait is over (no
+ * record: *isnull; a record no longer leased, or the deadline reached:
+ * *result, copied out of SPI), false to wait on, *lease_end then being
+ * the lease's end.
+ */
+static bool
+await_look(Oid nsp, Datum *values, TimestampTz now, TimestampTz deadline,
+		   MemoryContext round, TimestampTz *lease_end, Datum *result,
+		   bool *isnull)
+{
+	bool		snull;
+	char	   *status;
+	Datum		d;
+	MemoryContext old;
+	bool		done;
+
+	MemoryContextReset(round);
+	old = MemoryContextSwitchTo(round);
+
+	values[2] = TimestampTzGetDatum(now);
+	if (idem_query_exec(&q_await_read, nsp, values, NULL, false, 1) == 0)
 	{
-		values[4] = (Datum) 0;
-		nulls[4] = 'n';
+		MemoryContextSwitchTo(old);
+		*isnull = true;
+		return true;
 	}
-	else
-		values[4] = PointerGetDatum(PG_GETARG_JSONB_P(3));
-	values[5] = BoolGetDatum(PG_GETARG_BOOL(4));
-	values[6] = Int32GetDatum(max_attempts);
 
-	idem_spi_connect();
-	if (idem_query_exec(&q_fail, nsp, values, nulls, false, 0) == 0)
-		lease_lost(nsp, fname, scope, key, token, now, true);
-	idem_stats_count(scope, IDEM_STAT_FAILED);
-	SPI_finish();
-
-	PG_RETURN_VOID();
+	status = idem_spi_read_cstring(SPI_tuptable, 0, 2, "status");
+	d = idem_spi_read(SPI_tuptable, 0, 3, TIMESTAMPTZOID, "locked_until", &snull);
+	*lease_end = snull ? 0 : DatumGetTimestampTz(d);
+	done = strcmp(status, IDEM_STATUS_IN_PROGRESS) != 0 || snull ||
+		*lease_end <= now || now >= deadline;
+	MemoryContextSwitchTo(old);
+	if (done)
+	{
+		/* ROW(...)::idem_record: the statement fixes its type. */
+		d = idem_spi_read(SPI_tuptable, 0, 1, InvalidOid, NULL, isnull);
+		*result = SPI_datumTransfer(d, false, -1);
+	}
+	return done;
 }
 
 /*
@@ -548,34 +611,12 @@ idem_await(PG_FUNCTION_ARGS)
 	text	   *scope = idem_arg_scope(fcinfo, 0, fname);
 	text	   *key = idem_arg_key(fcinfo, 1, fname);
 	Oid			nsp = idem_extension_schema(fcinfo);
-	TimestampTz deadline;
+	TimestampTz deadline = await_deadline(fcinfo, fname);
 	Datum		values[3];
 	Datum		result = (Datum) 0;
 	bool		isnull = true;
 	long		nap_ms = 1;
 	MemoryContext round;
-
-	if (PG_ARGISNULL(2))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("%s: timeout must not be null", fname)));
-
-	if (IsolationUsesXactSnapshot())
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_TRANSACTION_STATE),
-				 errmsg("%s: cannot wait in a REPEATABLE READ or SERIALIZABLE transaction", fname),
-				 errdetail("The transaction snapshot would never show the record change."),
-				 errhint("Call idem_await in autocommit or in a READ COMMITTED transaction.")));
-
-	{
-		Interval   *timeout = PG_GETARG_INTERVAL_P(2);
-		TimestampTz start = GetCurrentTimestamp();
-
-		if (timeout->month == 0 && timeout->day == 0 && timeout->time == 0)
-			deadline = start;
-		else
-			deadline = idem_add_interval(start, timeout, "timeout", fname);
-	}
 
 	values[0] = PointerGetDatum(scope);
 	values[1] = PointerGetDatum(key);
@@ -588,39 +629,13 @@ idem_await(PG_FUNCTION_ARGS)
 	for (;;)
 	{
 		TimestampTz now = GetCurrentTimestamp();
-		bool		snull;
-		char	   *status;
-		Datum		d;
 		TimestampTz lease_end;
 		long		wait_ms;
-		MemoryContext old;
-		bool		done;
 
 		CHECK_FOR_INTERRUPTS();
-		MemoryContextReset(round);
-		old = MemoryContextSwitchTo(round);
-
-		values[2] = TimestampTzGetDatum(now);
-		if (idem_query_exec(&q_await_read, nsp, values, NULL, false, 1) == 0)
-		{
-			MemoryContextSwitchTo(old);
-			isnull = true;
+		if (await_look(nsp, values, now, deadline, round, &lease_end,
+					   &result, &isnull))
 			break;
-		}
-
-		status = idem_spi_read_cstring(SPI_tuptable, 0, 2, "status");
-		d = idem_spi_read(SPI_tuptable, 0, 3, TIMESTAMPTZOID, "locked_until", &snull);
-		lease_end = snull ? 0 : DatumGetTimestampTz(d);
-		done = strcmp(status, IDEM_STATUS_IN_PROGRESS) != 0 || snull ||
-			lease_end <= now || now >= deadline;
-		MemoryContextSwitchTo(old);
-		if (done)
-		{
-			/* ROW(...)::idem_record: the statement fixes its type. */
-			d = idem_spi_read(SPI_tuptable, 0, 1, InvalidOid, NULL, &isnull);
-			result = SPI_datumTransfer(d, false, -1);
-			break;
-		}
 		SPI_freetuptable(SPI_tuptable);
 
 		/*

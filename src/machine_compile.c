@@ -3,12 +3,13 @@
  * machine_compile.c
  *	  Compiling a state machine definition (idem_machine_compile): a jsonb
  *	  object {"initial": [...], "transitions": {"state": [...], ...}},
- *	  validated completely and turned into the compiled form machine.h
- *	  describes.  Called by transition.c (idem_machine_define) and
- *	  machine_cache.c (loading a machine, and the row trigger on
- *	  idem_machines, so that a direct INSERT or UPDATE, or a restore,
- *	  cannot store a malformed machine either).  Calls no other file of
- *	  src/.
+ *	  read into a Draft by machine_parse.c, then interned (every name
+ *	  numbered once), checked (no state twice, every state reachable) and
+ *	  turned into the compiled form machine.h describes.  Called by
+ *	  transition.c (idem_machine_define) and machine_cache.c (loading a
+ *	  machine, and the row trigger on idem_machines, so that a direct
+ *	  INSERT or UPDATE, or a restore, cannot store a malformed machine
+ *	  either).  Calls machine_parse.c only.
  *
  *	  Size: a machine has at most IDEM_MAX_MACHINE_STATES states and
  *	  IDEM_MAX_MACHINE_TRANSITIONS transitions (54000 beyond).  The
@@ -42,187 +43,10 @@
 #include "utils/memutils.h"
 
 #include "idempotency.h"
-#include "machine.h"
+#include "machine_draft.h"
 
-/* ------------------------------------------------------------------------
- * Compiling a definition
- *
- * Every name of the definition is an occurrence: the initial states, then
- * the keys of "transitions", then every target, in this order.  Their
- * indexes (once interned) are one int array, ix, in the same order, so
- * that an occurrence knows where its index goes by its position alone.
- * Interning sorts the occurrences (a merge sort: O(n log n) for every
- * input), numbers the distinct names in that order and writes each
- * occurrence's number to ix.  The rest is linear in the definition.
- * ------------------------------------------------------------------------
- */
-
-typedef struct NameRef
-{
-	const char *p;				/* points into the jsonb, not terminated */
-	int			len;
-} NameRef;
-
-typedef struct NameOcc
-{
-	const char *p;				/* points into the jsonb, not terminated */
-	int32		len;
-	int32		pos;			/* its position in occ and in ix */
-} NameOcc;
-
-/*
- * A definition on its way to a compiled machine: the names point into the
- * jsonb (not terminated); state indexes are into all[], the interned
- * states.
- */
-typedef struct Draft
-{
-	const char *fname;
-	char		mname[IDEM_MAX_MACHINE_BYTES + 1];
-	int			namelen;
-	int			ninitial;
-	int			nsources;		/* the keys of "transitions" */
-	int			ntrans;			/* the targets of all of them */
-	int			nocc;			/* ninitial + nsources + ntrans */
-	NameOcc    *occ;			/* the names in the order of ix */
-	int		   *ix;				/* state index of every occurrence: */
-	int		   *initial_idx;	/* ... ix: "initial" as declared */
-	int		   *src_state;		/* ... ix + ninitial: the keys */
-	int		   *to;				/* ... ix + ninitial + nsources: targets */
-	int		   *src_off;		/* targets of key i: to[src_off[i] ..
-								 * src_off[i + 1]) in declared order */
-	NameRef    *all;			/* every state once, sorted bytewise */
-	int			nstates;
-	int		   *src_of;			/* the key of each state, or -1 */
-	bool	   *seen;			/* initial, then: reachable */
-} Draft;
-
-static void
-malformed(const char *fname, const char *machine, const char *detail)
-{
-	ereport(ERROR,
-			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-			 errmsg("%s: malformed definition of machine \"%s\"", fname, machine),
-			 errdetail_internal("%s", detail),
-			 errhint("A definition looks like {\"initial\": [\"a\"], \"transitions\": {\"a\": [\"b\"], \"b\": []}}.")));
-}
-
-/* 54000: more states than IDEM_MAX_MACHINE_STATES (at least n unless exact). */
-static void
-too_many_states(const Draft *d, int64 n, bool exact)
-{
-	ereport(ERROR,
-			(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-			 errmsg("%s: machine \"%s\" has too many states", d->fname, d->mname),
-			 exact ?
-			 errdetail("The machine has " INT64_FORMAT " states; the limit is %d states.",
-					   n, IDEM_MAX_MACHINE_STATES) :
-			 errdetail("The machine has at least " INT64_FORMAT " states; the limit is %d states.",
-					   n, IDEM_MAX_MACHINE_STATES)));
-}
-
-/* 54000: more transitions than IDEM_MAX_MACHINE_TRANSITIONS. */
-static void
-too_many_transitions(const Draft *d, int64 n)
-{
-	ereport(ERROR,
-			(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-			 errmsg("%s: machine \"%s\" has too many transitions", d->fname, d->mname),
-			 errdetail("The machine declares " INT64_FORMAT " transitions; the limit is %d transitions.",
-					   n, IDEM_MAX_MACHINE_TRANSITIONS)));
-}
-
-static const char *
-value_kind(const JsonbValue *v)
-{
-	switch (v->type)
-	{
-		case jbvNull:
-			return "null";
-		case jbvString:
-			return "string";
-		case jbvNumeric:
-			return "number";
-		case jbvBool:
-			return "boolean";
-		case jbvBinary:
-			return JsonContainerIsArray(v->val.binary.data) ? "array" : "object";
-		default:
-			return "value";
-	}
-}
-
-static bool
-is_array(const JsonbValue *v)
-{
-	return v->type == jbvBinary && JsonContainerIsArray(v->val.binary.data);
-}
-
-/*
- * How messages name an array of state names: "initial" (key NULL) or the
- * targets of state key.  Built only for a message.
- */
-static char *
-array_what(const NameRef *key)
-{
-	if (key == NULL)
-		return pstrdup("\"initial\"");
-	return psprintf("The targets of state \"%s\"", pnstrdup(key->p, key->len));
-}
-
-/* 22023 unless v is an array (of state names, checked by parse_names). */
-static void
-check_name_array(const Draft *d, const JsonbValue *v, const NameRef *key)
-{
-	if (!is_array(v))
-		malformed(d->fname, d->mname,
-				  psprintf("%s must be an array of state names, not a JSON %s.",
-						   array_what(key), value_kind(v)));
-}
-
-/*
- * The elements of a JSON array of state names (checked by
- * check_name_array) as occurrences out[0 ..], at positions pos ..;
- * returns how many: the size of the array, which out has room for.  key
- * names the array in messages (NULL: "initial").  Every element must be a
- * non-empty string.
- */
-static int
-parse_names(Draft *d, const JsonbValue *v, const NameRef *key,
-			NameOcc *out, int pos)
-{
-	JsonbIterator *it;
-	JsonbValue	elem;
-	JsonbIteratorToken tok;
-	int			cap = JsonContainerSize(v->val.binary.data);
-	int			n = 0;
-
-	it = JsonbIteratorInit(v->val.binary.data);
-	while ((tok = JsonbIteratorNext(&it, &elem, true)) != WJB_DONE)
-	{
-		NameOcc    *o;
-
-		CHECK_FOR_INTERRUPTS();
-		if (tok != WJB_ELEM)
-			continue;
-		if (elem.type != jbvString)
-			malformed(d->fname, d->mname,
-					  psprintf("%s must contain only strings; element %d is a JSON %s.",
-							   array_what(key), n + 1, value_kind(&elem)));
-		if (elem.val.string.len == 0)
-			malformed(d->fname, d->mname,
-					  psprintf("%s must not contain an empty state name.",
-							   array_what(key)));
-		if (n >= cap)
-			elog(ERROR, "jsonb array has more elements than its header says");
-		o = &out[n];
-		o->p = elem.val.string.val;
-		o->len = elem.val.string.len;
-		o->pos = pos + n;
-		n++;
-	}
-	return n;
-}
+static int *draft_sorted_targets(Draft *d);
+static void build_states(Draft *d, IdemMachine *m);
 
 static inline int
 occ_cmp(const NameOcc *a, const NameOcc *b)
@@ -279,158 +103,6 @@ occ_sort(NameOcc *a, NameOcc *tmp, int n)
 		a[k++] = tmp[i++];
 }
 
-/* The top level: an object with exactly "initial" and "transitions". */
-static void
-draft_top(Draft *d, Jsonb *def, JsonbValue *initial_v, JsonbValue *trans_v)
-{
-	JsonbIterator *it;
-	JsonbIteratorToken tok;
-	JsonbValue	v;
-	bool		have_initial = false;
-	bool		have_trans = false;
-
-	if (JB_ROOT_IS_SCALAR(def) || !JB_ROOT_IS_OBJECT(def))
-	{
-		const char *kind = "array";
-
-		if (JB_ROOT_IS_SCALAR(def))
-		{
-			JsonbValue	scalar;
-
-			if (JsonbExtractScalar(&def->root, &scalar))
-				kind = value_kind(&scalar);
-		}
-		malformed(d->fname, d->mname,
-				  psprintf("The definition is a JSON %s; it must be an object.", kind));
-	}
-
-	/* At most two keys are accepted: the first other one fails. */
-	it = JsonbIteratorInit(&def->root);
-	while ((tok = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
-	{
-		char	   *key;
-
-		if (tok != WJB_KEY)
-			continue;
-		key = pnstrdup(v.val.string.val, v.val.string.len);
-		tok = JsonbIteratorNext(&it, &v, true);
-		Assert(tok == WJB_VALUE);
-		if (strcmp(key, "initial") == 0)
-		{
-			*initial_v = v;
-			have_initial = true;
-		}
-		else if (strcmp(key, "transitions") == 0)
-		{
-			*trans_v = v;
-			have_trans = true;
-		}
-		else
-			malformed(d->fname, d->mname,
-					  psprintf("The key \"%s\" is not allowed; a definition has exactly the keys \"initial\" and \"transitions\".",
-							   key));
-		pfree(key);
-	}
-	if (!have_initial)
-		malformed(d->fname, d->mname, "The definition has no \"initial\" key.");
-	if (!have_trans)
-		malformed(d->fname, d->mname, "The definition has no \"transitions\" key.");
-}
-
-/*
- * "initial" and "transitions" as occurrences, not yet interned.  The size
- * limits are checked from the array and object headers before any name
- * is read: the number of transitions exactly (a pass over the keys, not
- * into their arrays), the number of states as far as the headers tell
- * (the initial states are distinct, and so are the keys).
- */
-static void
-draft_parse(Draft *d, JsonbValue *initial_v, JsonbValue *trans_v)
-{
-	JsonbContainer *trans;
-	JsonbIterator *it;
-	JsonbIteratorToken tok;
-	JsonbValue	v;
-	NameOcc    *initial;
-	int64		ntrans = 0;
-	int			i;
-	int			e;
-
-	check_name_array(d, initial_v, NULL);
-	d->ninitial = JsonContainerSize(initial_v->val.binary.data);
-	if (d->ninitial > IDEM_MAX_MACHINE_STATES)
-		too_many_states(d, d->ninitial, false);
-	initial = palloc(sizeof(NameOcc) * Max(d->ninitial, 1));
-	i = parse_names(d, initial_v, NULL, initial, 0);
-	Assert(i == d->ninitial);
-	if (d->ninitial == 0)
-		malformed(d->fname, d->mname, "\"initial\" must name at least one state.");
-
-	if (trans_v->type != jbvBinary || JsonContainerIsArray(trans_v->val.binary.data))
-		malformed(d->fname, d->mname,
-				  psprintf("\"transitions\" must be an object mapping each state to an array of target states, not a JSON %s.",
-						   value_kind(trans_v)));
-	trans = trans_v->val.binary.data;
-	d->nsources = JsonContainerSize(trans);
-	if (d->nsources > IDEM_MAX_MACHINE_STATES)
-		too_many_states(d, d->nsources, false);
-
-	/* The number of transitions, from the headers of the target arrays. */
-	it = JsonbIteratorInit(trans);
-	while ((tok = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
-	{
-		CHECK_FOR_INTERRUPTS();
-		if (tok == WJB_VALUE && is_array(&v))
-			ntrans += JsonContainerSize(v.val.binary.data);
-	}
-	if (ntrans > IDEM_MAX_MACHINE_TRANSITIONS)
-		too_many_transitions(d, ntrans);
-	d->ntrans = (int) ntrans;
-
-	/* Bounded by the limits now: 1.2 million occurrences at most. */
-	d->nocc = d->ninitial + d->nsources + d->ntrans;
-	d->occ = palloc(sizeof(NameOcc) * Max(d->nocc, 1));
-	d->ix = palloc(sizeof(int) * Max(d->nocc, 1));
-	d->initial_idx = d->ix;
-	d->src_state = d->ix + d->ninitial;
-	d->to = d->src_state + d->nsources;
-	d->src_off = palloc(sizeof(int) * (d->nsources + 1));
-
-	memcpy(d->occ, initial, sizeof(NameOcc) * d->ninitial);
-	pfree(initial);
-
-	i = 0;
-	e = 0;
-	it = JsonbIteratorInit(trans);
-	while ((tok = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
-	{
-		NameOcc    *key;
-		NameRef		keyref;
-
-		CHECK_FOR_INTERRUPTS();
-		if (tok != WJB_KEY)
-			continue;
-		Assert(i < d->nsources);
-		key = &d->occ[d->ninitial + i];
-		key->p = v.val.string.val;
-		key->len = v.val.string.len;
-		key->pos = d->ninitial + i;
-		if (key->len == 0)
-			malformed(d->fname, d->mname, "\"transitions\" has an empty state name as a key.");
-		keyref.p = key->p;
-		keyref.len = key->len;
-		tok = JsonbIteratorNext(&it, &v, true);
-		Assert(tok == WJB_VALUE);
-		check_name_array(d, &v, &keyref);
-		d->src_off[i] = e;
-		e += parse_names(d, &v, &keyref, &d->occ[d->ninitial + d->nsources + e],
-						 d->ninitial + d->nsources + e);
-		i++;
-	}
-	Assert(i == d->nsources && e == d->ntrans);
-	d->src_off[d->nsources] = e;
-}
-
 /*
  * Intern every name: sort the occurrences, number the distinct names in
  * that order, and write each occurrence's number to ix.
@@ -460,7 +132,7 @@ draft_intern(Draft *d)
 		d->ix[o->pos] = d->nstates - 1;
 	}
 	if (d->nstates > IDEM_MAX_MACHINE_STATES)
-		too_many_states(d, d->nstates, true);
+		idem_draft_too_many_states(d, d->nstates, true);
 }
 
 static char *
@@ -487,7 +159,7 @@ draft_check_duplicates(Draft *d)
 
 		CHECK_FOR_INTERRUPTS();
 		if (d->seen[s])
-			malformed(d->fname, d->mname,
+			idem_draft_malformed(d->fname, d->mname,
 					  psprintf("The state \"%s\" appears twice in \"initial\".",
 							   state_cstring(d, s)));
 		d->seen[s] = true;
@@ -506,7 +178,7 @@ draft_check_duplicates(Draft *d)
 
 			CHECK_FOR_INTERRUPTS();
 			if (mark[to] == i + 1)
-				malformed(d->fname, d->mname,
+				idem_draft_malformed(d->fname, d->mname,
 						  psprintf("The state \"%s\" lists the target \"%s\" twice.",
 								   state_cstring(d, d->src_state[i]),
 								   state_cstring(d, to)));
@@ -553,7 +225,7 @@ draft_check_reachable(Draft *d)
 	{
 		CHECK_FOR_INTERRUPTS();
 		if (!d->seen[i])
-			malformed(d->fname, d->mname,
+			idem_draft_malformed(d->fname, d->mname,
 					  psprintf("The state \"%s\" is neither initial nor reachable from an initial state.",
 							   state_cstring(d, i)));
 	}
@@ -563,7 +235,7 @@ draft_check_reachable(Draft *d)
 /*
  * The compiled machine of a checked draft, in a new context under parent.
  * The targets of key i in ascending order come from a counting sort of
- * all the transitions by target: O(states + transitions).
+ * all the transitions by target (draft_sorted_targets).
  */
 static IdemMachine *
 draft_build(Draft *d, MemoryContext parent)
@@ -571,12 +243,48 @@ draft_build(Draft *d, MemoryContext parent)
 	MemoryContext cxt;
 	MemoryContext old;
 	IdemMachine *m;
+	int		   *sorted = draft_sorted_targets(d);
+	Size		nbytes = 0;
+	int			s;
+
+	for (s = 0; s < d->nstates; s++)
+	{
+		CHECK_FOR_INTERRUPTS();
+		nbytes += d->all[s].len + 1;
+	}
+
+	cxt = AllocSetContextCreate(parent, "idempotency machine",
+								ALLOCSET_SMALL_SIZES);
+	old = MemoryContextSwitchTo(cxt);
+	m = palloc0(sizeof(IdemMachine));
+	memcpy(m->name, d->mname, d->namelen + 1);
+	m->cxt = cxt;
+	m->nstates = d->nstates;
+	m->states = palloc0(sizeof(IdemState) * d->nstates);
+	m->names = palloc(nbytes);
+	m->targets = palloc(sizeof(int) * Max(d->ntrans, 1));
+	memcpy(m->targets, d->to, sizeof(int) * d->ntrans);
+	m->sorted = palloc(sizeof(int) * Max(d->ntrans, 1));
+	memcpy(m->sorted, sorted, sizeof(int) * d->ntrans);
+	build_states(d, m);
+	MemoryContextSetIdentifier(cxt, m->name);
+	MemoryContextSwitchTo(old);
+	return m;
+}
+
+/*
+ * Every key's targets in ascending order, the keys in declared order (as
+ * d->to), in the current (work) context: a counting sort of all the
+ * transitions by target, O(states + transitions).
+ */
+static int *
+draft_sorted_targets(Draft *d)
+{
 	int		   *count;
 	int		   *bytarget;
 	int		   *cursor;
 	int		   *src_of_edge;
-	Size		nbytes = 0;
-	char	   *p;
+	int		   *sorted;
 	int			i;
 	int			e;
 	int			s;
@@ -607,34 +315,28 @@ draft_build(Draft *d, MemoryContext parent)
 	}
 	cursor = palloc(sizeof(int) * (d->nsources + 1));
 	memcpy(cursor, d->src_off, sizeof(int) * (d->nsources + 1));
-
-	for (s = 0; s < d->nstates; s++)
-	{
-		CHECK_FOR_INTERRUPTS();
-		nbytes += d->all[s].len + 1;
-	}
-
-	cxt = AllocSetContextCreate(parent, "idempotency machine",
-								ALLOCSET_SMALL_SIZES);
-	old = MemoryContextSwitchTo(cxt);
-	m = palloc0(sizeof(IdemMachine));
-	memcpy(m->name, d->mname, d->namelen + 1);
-	m->cxt = cxt;
-	m->nstates = d->nstates;
-	m->states = palloc0(sizeof(IdemState) * d->nstates);
-	m->names = palloc(nbytes);
-	m->targets = palloc(sizeof(int) * Max(d->ntrans, 1));
-	memcpy(m->targets, d->to, sizeof(int) * d->ntrans);
-	m->sorted = palloc(sizeof(int) * Max(d->ntrans, 1));
+	sorted = palloc(sizeof(int) * Max(d->ntrans, 1));
 	for (e = 0; e < d->ntrans; e++)
 	{
 		int			edge = bytarget[e];
 
 		CHECK_FOR_INTERRUPTS();
-		m->sorted[cursor[src_of_edge[edge]]++] = d->to[edge];
+		sorted[cursor[src_of_edge[edge]]++] = d->to[edge];
 	}
+	return sorted;
+}
 
-	p = m->names;
+/*
+ * The states of m (names, targets, initial marks) from the checked draft,
+ * in m's context (the current one).
+ */
+static void
+build_states(Draft *d, IdemMachine *m)
+{
+	char	   *p = m->names;
+	int			s;
+	int			i;
+
 	for (s = 0; s < d->nstates; s++)
 	{
 		IdemState  *st = &m->states[s];
@@ -661,9 +363,6 @@ draft_build(Draft *d, MemoryContext parent)
 		m->initial[i] = d->initial_idx[i];
 		m->states[d->initial_idx[i]].initial = true;
 	}
-	MemoryContextSetIdentifier(cxt, m->name);
-	MemoryContextSwitchTo(old);
-	return m;
 }
 
 /*
@@ -695,8 +394,8 @@ idem_machine_compile(const char *name, int namelen, Jsonb *def, const char *fnam
 	memcpy(d.mname, name, namelen);
 	d.mname[namelen] = '\0';
 
-	draft_top(&d, def, &initial_v, &trans_v);
-	draft_parse(&d, &initial_v, &trans_v);
+	idem_draft_top(&d, def, &initial_v, &trans_v);
+	idem_draft_parse(&d, &initial_v, &trans_v);
 	draft_intern(&d);
 	draft_check_duplicates(&d);
 	draft_check_reachable(&d);

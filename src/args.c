@@ -7,10 +7,10 @@
  *	  block?), the expiry of a new record (a ttl argument, or the setting
  *	  idempotency.default_ttl, both defined here), the fingerprint digest,
  *	  and idem_status_is_valid, the CHECK of idem_records.status.  Calls no
- *	  other file of src/; called by every file with SQL-callable functions
- *	  (claim.c, batch.c, lease.c, records.c, token.c, transition.c,
- *	  guard.c, stats.c, shard.c) and by module.c's _PG_init
- *	  (idem_args_init).
+ *	  other file of src/; called by the files with SQL-callable functions
+ *	  on records, machines and guards (claim.c, batch.c, lease.c,
+ *	  records.c, token.c, transition.c, guard.c) and by module.c's
+ *	  _PG_init (idem_args_init).
  *
  *	  Invariants:
  *	  - Validation happens before any SPI call or write, so bad input never

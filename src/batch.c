@@ -39,8 +39,8 @@
  *	     that became live between steps 1 and 2 (a concurrent claim that
  *	     committed meanwhile).  ON CONFLICT DO UPDATE left its row locked
  *	     by this transaction, so nobody can change it: it is settled by
- *	     idem_claim_spi_plain (claim.c), which therefore cannot wait here, and
- *	     which reports the duplicate as idem_claim does.  Such a row stays
+ *	     idem_claim_spi_plain (claim.c), which therefore cannot wait here,
+ *	     and which reports the duplicate as idem_claim does.  Such a row stays
  *	     locked until the transaction ends; this only happens to a key
  *	     first claimed by a concurrent transaction during this call.
  *

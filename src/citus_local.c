@@ -53,7 +53,8 @@
  *	  with a catalog snapshot taken after the metadata lock.
  *
  *	  direct.c calls this file; it calls only citus.c (partition, local
- *	  group, Citus's shard names).
+ *	  group, Citus's shard names) and relcache.c (its cache of shard
+ *	  ranges subscribes at load, idem_citus_local_init).
  *
  *-------------------------------------------------------------------------
  */

@@ -4,14 +4,21 @@
  *	  The one owner of "decide one key": idem_claim, and the decision that
  *	  idem_claim_many (batch.c) and idem_begin (lease.c) share with it.
  *	  The callers differ only in their statements (an IdemClaimPlan) and
- *	  in how they map the outcome to their answer.
+ *	  in how they map the outcome (IdemClaimOutcome, claim.h) to their
+ *	  answer.  The file reads top-down: the SQL entry points, then the
+ *	  fast path, the SQL path, and the decision they share.
  *
  *	  Order of a claim:
- *	  1. The fast path (direct.c, idem_claim and idem_claim_many only):
- *	     the executor's speculative insertion called without SPI.  It
- *	     inserts the record, finds a conflicting one (then decided here by
- *	     claim_verdict), or declines.
- *	  2. The SPI path, idem_claim_spi: INSERT ... ON CONFLICT DO NOTHING;
+ *	  1. The fast path, idem_claim_fast (one key) and
+ *	     idem_claim_fast_through (a fast path idem_claim_many opened for
+ *	     its keys): direct.c's speculative insertion without SPI.  It
+ *	     inserts the record (IDEM_CLAIM_ACQUIRED) or finds a conflicting
+ *	     one, decided here by claim_verdict (IDEM_CLAIM_DUPLICATE, or
+ *	     IDEM_CLAIM_UNDECIDED for a record to take over); when it does not
+ *	     apply, IDEM_CLAIM_UNDECIDED too: the caller then takes step 2.
+ *	  2. The SQL path, idem_claim_spi with a plan's statements
+ *	     (idem_claim_spi_plain: idem_claim's own, which on records with a
+ *	     shard key run rewritten by shard.c): INSERT ... ON CONFLICT DO NOTHING;
  *	     on a conflict, read the record; a live one is a duplicate (or
  *	     ID001 for another fingerprint); an expired, retryable or abandoned
  *	     one is taken over by an UPDATE whose WHERE re-checks the takeover
@@ -44,6 +51,10 @@
  *
  *	  Time: "now" is the wall clock at the call (GetCurrentTimestamp), not
  *	  the transaction start, so expiry is counted from the call.
+ *
+ *	  Calls: direct.c (the fast path), query.c and spi_read.c (the SQL
+ *	  path), shard.c (the _at twin), args.c, stats.c.  Called by batch.c
+ *	  and lease.c, and by module.c's _PG_init (idem_claim_init).
  *
  *	  Memory: arguments and results are in the caller's context; SPI's
  *	  per-call memory is released by the caller's SPI_finish.

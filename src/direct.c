@@ -92,6 +92,15 @@
  *	  before returning; the existing record's values that are handed back
  *	  are copied into the caller's memory context.
  *
+ *	  Interface: idem_direct_open (NULL: the fast path declines),
+ *	  idem_direct_insert (inserted, or the conflicting record's state),
+ *	  idem_direct_close; claim.c decides what they found.  Calls
+ *	  direct_table.c, citus.c, citus_local.c, spi_read.c (the 55000 of a
+ *	  NULL) and relcache.c (the cached OID subscribes at load,
+ *	  idem_direct_init, which also defines idempotency.direct_claim).
+ *	  Called by claim.c, and for idem_records_citus by batch.c, lease.c
+ *	  and records.c.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"

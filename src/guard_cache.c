@@ -12,8 +12,10 @@
  *	  Calls: machine.c and machine_cache.c (idem_check_machine_name,
  *	  idem_machine_get), citus.c (is the firing relation a Citus shard: then
  *	  the entry names the distributed table, in messages and history, and
- *	  keeps the shard's hash range for the history); called by
- *	  guard_trigger.c and guard.c.
+ *	  keeps the shard's hash range for the history), guard_error.c (the
+ *	  errors of a build), query.c, relcache.c (the cache subscribes at
+ *	  load, idem_guard_cache_init); called by guard_trigger.c, guard.c and
+ *	  guard_install.c.
  *
  *	  Cache: trigger OID -> GuardEntry *, in a dynahash in
  *	  CacheMemoryContext, found through fn_extra without a hash lookup.  A
@@ -37,7 +39,8 @@
  *	  Errors met while building an entry (a guarded column renamed,
  *	  dropped or retyped since idem_guard) are raised inside the user's
  *	  statement, so their messages begin with what the user did
- *	  ("guarded update of public.orders"), not with idem_guard.
+ *	  ("guarded update of public.orders", idem_guard_doing in
+ *	  guard_error.c), not with idem_guard.
  *
  *	  Locking: none of its own; an entry is built while the trigger's
  *	  statement holds its lock on the table, so the descriptor it reads

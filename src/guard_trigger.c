@@ -1,13 +1,17 @@
 /*-------------------------------------------------------------------------
  *
  * guard_trigger.c
- *	  The run time of a table guard: idem_guard_trigger, the C trigger
- *	  that guard.c installs, firing inside the user's own INSERT or UPDATE
- *	  of a guarded table.
+ *	  The run time of a table guard, inside the user's own INSERT or
+ *	  UPDATE of a guarded table: idem_guard_allows, the function of the
+ *	  WHEN condition of the triggers guard_install.c creates (a legal row
+ *	  costs this one call), and idem_guard_trigger, the C trigger that
+ *	  fires when the WHEN condition said no.  Both apply the one rule of
+ *	  a guard, idem_guard_verdict (machine.c).
  *
  *	  Roles (the fourth trigger argument): "check", an AFTER trigger that
- *	  fires only when the WHEN condition (idem_guard_allows, transition.c)
- *	  said no, finds out why (the same idem_guard_verdict) and raises ID004,
+ *	  fires only when the WHEN condition (idem_guard_allows) said no,
+ *	  finds out why (the same idem_guard_verdict) and raises ID004
+ *	  (guard_error.c words it),
  *	  or 27000 when the version did not follow the status; "version", a
  *	  BEFORE UPDATE trigger that sets the version column to the old version
  *	  + 1 on every change of the status; "children", a statement trigger
@@ -21,8 +25,10 @@
  *	  from the shard.
  *
  *	  Calls: guard_cache.c for the trigger's entry and its machine,
- *	  machine.c's questions, citus.c for the history shard; nothing in the
- *	  chain calls back here.
+ *	  machine_cache.c for idem_guard_allows's machine (idem_machine_of_call,
+ *	  cached in fn_extra), machine.c's verdict, guard_error.c for the
+ *	  errors, citus.c for the history shard, query.c; nothing calls back
+ *	  here (PostgreSQL calls both functions).
  *
  *	  Errors: raised inside the user's statement, which rolls back.  Their
  *	  messages begin with what the user did, "guarded update of <table>"

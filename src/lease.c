@@ -17,12 +17,18 @@
  *	  through INSERT ... ON CONFLICT DO NOTHING, exactly as in idem_claim:
  *	  idem_begin runs claim.c's decision (idem_claim_spi) with its own
  *	  statements and maps the outcome to 'acquired', 'in_progress',
- *	  'completed' or 'failed'.  Takeovers (expired record, retryable failure, lease run
- *	  out) are UPDATEs that re-check the takeover condition on the newest
+ *	  'completed' or 'failed'.  Takeovers (expired record, retryable
+ *	  failure, lease run out) are UPDATEs that re-check the takeover condition on the newest
  *	  row version, so of two racing workers exactly one acquires.
  *	  idem_await holds no lock while it waits: it polls the record with a
  *	  fresh snapshot per look (READ COMMITTED), sleeping on its latch, and
  *	  stays interruptible (statement_timeout, cancel, postmaster death).
+ *
+ *	  The setting idempotency.max_attempts (how many retryable failures
+ *	  before a record is failed for good) is defined here, from module.c's
+ *	  _PG_init (idem_lease_init).  Calls claim.c, direct.c
+ *	  (idem_records_citus), citus.c, query.c, spi_read.c, shard.c (the
+ *	  _at twins), args.c, stats.c; nothing calls back.
  *
  *	  Memory: everything is in the caller's context or SPI's, which
  *	  SPI_finish releases; results are copied out with SPI_datumTransfer.

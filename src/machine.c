@@ -7,8 +7,8 @@
  *	  guard: idem_guard_verdict, which both the WHEN condition
  *	  (idem_guard_allows) and the trigger explaining a refusal
  *	  (guard_trigger.c) ask.  Calls no other file of src/; called by
- *	  machine_compile.c's callers, machine_cache.c, transition.c and the
- *	  guard files.
+ *	  machine_cache.c, transition.c, guard.c, guard_cache.c,
+ *	  guard_trigger.c and guard_error.c.
  *
  *	  A check is two name searches and one index search: no catalog
  *	  access, no SPI, no locks, no allocation (the lists for messages

@@ -2,9 +2,16 @@
  *
  * machine_cache.c
  *	  The per-backend cache of compiled state machines (idem_machine_get),
- *	  loaded from the table idem_machines, and the trigger on that table
+ *	  loaded from the table idem_machines, the trigger on that table
  *	  (idem_machines_trigger) that validates what is stored and tells every
- *	  backend to drop its cache.
+ *	  backend to drop its cache, and the machine named by the first
+ *	  argument of a SQL call (idem_machine_of_call, cached in fn_extra:
+ *	  transition.c's functions and idem_guard_allows).
+ *
+ *	  Calls: machine_compile.c (a definition compiled), machine.c,
+ *	  citus.c (the local placement), query.c, relcache.c (the cache
+ *	  subscribes at load, idem_machine_cache_init).  Called by
+ *	  transition.c, guard.c, guard_cache.c and guard_trigger.c.
  *
  *	  Cache: machine name -> compiled machine (machine.c), in a dynahash in
  *	  CacheMemoryContext; each machine has its own memory context.  A
@@ -30,7 +37,7 @@
  *	  next transaction start or lock acquisition; our own backend at the
  *	  next command (and on abort).  A relcache callback drops the whole
  *	  cache and bumps idem_machine_generation, which holders of machine
- *	  pointers (fn_extra in transition.c, trigger entries in
+ *	  pointers (fn_extra of idem_machine_of_call, trigger entries in
  *	  guard_cache.c) compare before each use.  A definition read with a
  *	  snapshot older than an invalidation processed during the read is used
  *	  once and not cached, so the cache never keeps a definition older than

@@ -275,8 +275,8 @@ query_run(IdemQuery *q, SPIPlanPtr plan, Datum *values, const char *nulls,
  * extension's own objects, which gets a hint naming idem_grant.  A
  * rewritten_per_shard statement on records with a shard key gets the
  * current shard key as its last argument, or fails with 55000 outside an
- * F_at call, naming the twin of the function running (shard.c).  A negative SPI result code is
- * a bug.
+ * F_at call, naming the twin of the function running (shard.c).  A
+ * negative SPI result code is a bug.
  */
 int
 idem_query_exec(IdemQuery *q, Oid nsp, Datum *values, const char *nulls,

@@ -4,13 +4,14 @@
  *	  The SQL API of state machines: idem_machine_define and
  *	  idem_machine_drop (the definitions in idem_machines),
  *	  idem_can_transition, idem_transition, idem_transition_strict and
- *	  idem_sources (asking a machine), and idem_guard_allows (the rule of a
- *	  table guard, evaluated in the WHEN condition of the triggers guard.c
- *	  installs).
+ *	  idem_sources (asking a machine).  The rule of a table guard,
+ *	  idem_guard_allows, lives beside the trigger (guard_trigger.c).
  *
- *	  Calls: machine.c and machine_cache.c for the machine, and guard.c
- *	  (idem_guards_of_machine) when a machine is dropped; nothing calls
- *	  back into this file.
+ *	  Calls: machine_cache.c for the machine of a call
+ *	  (idem_machine_of_call), machine.c's questions, machine_compile.c
+ *	  (a definition checked before it is written), guard_install.c
+ *	  (idem_guards_of_machine) when a machine is dropped, args.c and
+ *	  query.c; nothing calls back into this file.
  *
  *	  Cache: each call site keeps the machine it used last in fn_extra,
  *	  valid while idem_machine_generation (machine_cache.c) is unchanged,
@@ -29,7 +30,7 @@
  *	  accepts invalidations) before the machine is looked up, and the
  *	  machine is pinned (idem_machine_pin) from the lookup to the return,
  *	  so a cache reset in between retires it instead of freeing it under
- *	  us (call_machine pins, every function unpins before it returns; an
+ *	  us (idem_machine_of_call pins, every function unpins before it returns; an
  *	  error leaves the pin to the end of the transaction).
  *
  *-------------------------------------------------------------------------

@@ -16,6 +16,10 @@
  *	  STATE_LIST_NAMES names (and about STATE_LIST_BYTES bytes), then
  *	  "and N more".
  *
+ *	  Compiling a definition (near-linear in its size and cancellable,
+ *	  within IDEM_MAX_MACHINE_STATES and IDEM_MAX_MACHINE_TRANSITIONS) is
+ *	  machine_parse.c's and machine_compile.c's; their headers say how.
+ *
  *	  Visibility: a compiled machine is a value; which definition it was
  *	  compiled from, and when that is replaced, is machine_cache.c's
  *	  concern.  Memory: a machine lives in a memory context of its own

@@ -104,14 +104,16 @@ static IdemQuery q_claim_insert = {
 	" (scope, key, status, fingerprint, created_at, updated_at, expires_at)"
 	" VALUES ($1, $2, 'claimed', $3, $4, $4, $5)"
 	" ON CONFLICT (scope, key) DO NOTHING",
-	5, {TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID}, IDEM_REWRITTEN_PER_SHARD
+	5, {TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID},
+	IDEM_REWRITTEN_PER_SHARD
 };
 
 static IdemQuery q_claim_read = {
 	"SELECT r.status, r.fingerprint, r.created_at, r.expires_at, r.locked_until"
 	" FROM @extschema@.idem_records r"
 	" WHERE r.scope OPERATOR(pg_catalog.=) $1 AND r.key OPERATOR(pg_catalog.=) $2",
-	2, {TEXTOID, TEXTOID}, IDEM_REWRITTEN_PER_SHARD
+	2, {TEXTOID, TEXTOID},
+	IDEM_REWRITTEN_PER_SHARD
 };
 
 static IdemQuery q_claim_takeover = {
@@ -123,7 +125,8 @@ static IdemQuery q_claim_takeover = {
 	"                THEN 0 ELSE r.attempts END"
 	" WHERE r.scope OPERATOR(pg_catalog.=) $1 AND r.key OPERATOR(pg_catalog.=) $2"
 	" AND " IDEM_CLAIMABLE_SQL,
-	5, {TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID}, IDEM_REWRITTEN_PER_SHARD
+	5, {TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID},
+	IDEM_REWRITTEN_PER_SHARD
 };
 
 static const IdemClaimPlan claim_plan = {

@@ -95,11 +95,12 @@ PG_FUNCTION_INFO_V1(idem_guard_allows);
  * idem_guard_allows(machine text, old_status text, new_status text)
  *   RETURNS boolean
  *
- * The rule of a guard (guard.c), evaluated in the WHEN condition of its
- * triggers: true when the value is unchanged (bytewise, NULL included),
- * when old_status is NULL and new_status is an initial state, or when
- * old_status -> new_status is declared; false otherwise, values that are
- * not states included (the trigger then fires and explains).  Fails with
+ * The rule of a guard (idem_guard_verdict, machine.c), evaluated in the
+ * WHEN condition of the triggers guard_install.c creates: true when the
+ * value is unchanged (bytewise, NULL included), when old_status is NULL
+ * and new_status is an initial state, or when old_status -> new_status is
+ * declared; false otherwise, values that are not states included (the
+ * trigger then fires and explains).  Fails with
  * 22004 (NULL machine), 22023/22001 (bad machine name), 42704 (no such
  * machine).
  */

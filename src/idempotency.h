@@ -4,16 +4,19 @@
  *	  The shared header of the idempotency extension: its SQLSTATEs,
  *	  limits and record statuses, and the few interfaces that nearly every
  *	  file uses (the argument checks, the relcache dispatcher, prepared
- *	  statements, shard keys, statistics), with the init function of each
- *	  file that keeps state (module.c's _PG_init calls them).
+ *	  statements, shard keys, statistics), and the init functions that
+ *	  module.c's _PG_init calls (those of claim.c, direct.c, citus_local.c,
+ *	  machine_cache.c and guard_cache.c are in their concern's header).
  *
  *	  What only some files share has a header of its own, by concern:
  *	    claim.h    deciding one key: claim.c, direct.c, direct_table.c,
- *	               batch.c, lease.c (and citus_local.c's column numbers)
- *	    citus.h    Citus's catalogs: citus.c, citus_local.c
- *	    machine.h  state machines: machine.c, machine_compile.c,
- *	               machine_cache.c, transition.c
- *	    guard.h    table guards: guard.c, guard_sql.c, guard_cache.c,
+ *	               batch.c, lease.c, records.c, citus_local.c
+ *	    citus.h    Citus's catalogs (citus.c) and the fast path on a shard
+ *	               (citus_local.c)
+ *	    machine.h  state machines: machine.c, machine_parse.c,
+ *	               machine_compile.c (machine_draft.h between those two),
+ *	               machine_cache.c, transition.c, the guard files
+ *	    guard.h    table guards: guard.c, guard_install.c, guard_cache.c,
  *	               guard_trigger.c, guard_error.c
  *	    spi_read.h checked reads of idem_records from SPI results
  *	    compat.h   every difference between PostgreSQL 15 and 19
@@ -55,7 +58,7 @@
 #define IDEM_STATUS_ISSUED		"issued"	/* one-time token, not yet used */
 #define IDEM_STATUS_CONSUMED	"consumed"	/* one-time token, used */
 
-/* The init functions of the files that keep state (module.c's _PG_init). */
+/* Init functions (module.c's _PG_init): settings, shared memory, callbacks. */
 extern void idem_args_init(void);
 extern void idem_lease_init(void);
 extern void idem_stats_init(void);

@@ -101,7 +101,8 @@ static IdemQuery q_begin_insert = {
 	" ON CONFLICT (scope, key) DO NOTHING"
 	" RETURNING r.token",
 	7, {TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
-	TIMESTAMPTZOID, INTERVALOID}, IDEM_REWRITTEN_PER_SHARD
+	TIMESTAMPTZOID, INTERVALOID},
+	IDEM_REWRITTEN_PER_SHARD
 };
 
 static IdemQuery q_begin_read = {
@@ -109,7 +110,8 @@ static IdemQuery q_begin_read = {
 	"       r.locked_until, r.result"
 	" FROM @extschema@.idem_records r"
 	" WHERE r.scope OPERATOR(pg_catalog.=) $1 AND r.key OPERATOR(pg_catalog.=) $2",
-	2, {TEXTOID, TEXTOID}, IDEM_REWRITTEN_PER_SHARD
+	2, {TEXTOID, TEXTOID},
+	IDEM_REWRITTEN_PER_SHARD
 };
 
 /*
@@ -136,7 +138,8 @@ static IdemQuery q_begin_read = {
 static IdemQuery q_begin_takeover = {
 	BEGIN_TAKEOVER_SQL("pg_catalog.nextval('@extschema@.idem_token_seq'::pg_catalog.regclass)"),
 	7, {TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
-	TIMESTAMPTZOID, INTERVALOID}, IDEM_REWRITTEN_PER_SHARD
+	TIMESTAMPTZOID, INTERVALOID},
+	IDEM_REWRITTEN_PER_SHARD
 };
 
 /*
@@ -148,7 +151,8 @@ static IdemQuery q_begin_takeover = {
 static IdemQuery q_begin_takeover_citus = {
 	BEGIN_TAKEOVER_SQL("$8"),
 	8, {TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
-	TIMESTAMPTZOID, INTERVALOID, INT8OID}, IDEM_REWRITTEN_PER_SHARD
+	TIMESTAMPTZOID, INTERVALOID, INT8OID},
+	IDEM_REWRITTEN_PER_SHARD
 };
 
 /*
@@ -177,14 +181,16 @@ static IdemQuery q_heartbeat = {
 	HOLDS_LEASE_SQL
 	" AND COALESCE($5, r.lease) IS NOT NULL"
 	" RETURNING r.locked_until",
-	5, {TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID, INTERVALOID}, IDEM_REWRITTEN_PER_SHARD
+	5, {TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID, INTERVALOID},
+	IDEM_REWRITTEN_PER_SHARD
 };
 
 static IdemQuery q_finish = {
 	"UPDATE @extschema@.idem_records r"
 	" SET status = 'completed', result = $5, locked_until = NULL, updated_at = $4"
 	HOLDS_LEASE_SQL,
-	5, {TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID, JSONBOID}, IDEM_REWRITTEN_PER_SHARD
+	5, {TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID, JSONBOID},
+	IDEM_REWRITTEN_PER_SHARD
 };
 
 static IdemQuery q_fail = {
@@ -194,14 +200,16 @@ static IdemQuery q_fail = {
 	"             THEN 'retryable' ELSE 'failed' END,"
 	"     result = $5, locked_until = NULL, updated_at = $4"
 	HOLDS_LEASE_SQL,
-	7, {TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID, JSONBOID, BOOLOID, INT4OID}, IDEM_REWRITTEN_PER_SHARD
+	7, {TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID, JSONBOID, BOOLOID, INT4OID},
+	IDEM_REWRITTEN_PER_SHARD
 };
 
 static IdemQuery q_lease_state = {
 	"SELECT r.status, r.token, r.expires_at OPERATOR(pg_catalog.>) $3, r.lease IS NULL"
 	" FROM @extschema@.idem_records r"
 	" WHERE r.scope OPERATOR(pg_catalog.=) $1 AND r.key OPERATOR(pg_catalog.=) $2",
-	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}, IDEM_REWRITTEN_PER_SHARD
+	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID},
+	IDEM_REWRITTEN_PER_SHARD
 };
 
 static IdemQuery q_await_read = {
@@ -212,7 +220,8 @@ static IdemQuery q_await_read = {
 	" FROM @extschema@.idem_records r"
 	" WHERE r.scope OPERATOR(pg_catalog.=) $1 AND r.key OPERATOR(pg_catalog.=) $2"
 	" AND r.expires_at OPERATOR(pg_catalog.>) $3",
-	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}, IDEM_REWRITTEN_PER_SHARD
+	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID},
+	IDEM_REWRITTEN_PER_SHARD
 };
 
 /* The parameters the lease statements share: $1 scope, $2 key, $3 token, $4 now. */

@@ -52,14 +52,16 @@ static IdemQuery q_complete = {
 	" WHERE r.scope OPERATOR(pg_catalog.=) $1 AND r.key OPERATOR(pg_catalog.=) $2"
 	" AND r.expires_at OPERATOR(pg_catalog.>) $4"
 	" AND r.status OPERATOR(pg_catalog.=) 'claimed'",
-	4, {TEXTOID, TEXTOID, JSONBOID, TIMESTAMPTZOID}, IDEM_REWRITTEN_PER_SHARD
+	4, {TEXTOID, TEXTOID, JSONBOID, TIMESTAMPTZOID},
+	IDEM_REWRITTEN_PER_SHARD
 };
 
 static IdemQuery q_status = {
 	"SELECT r.status, r.expires_at OPERATOR(pg_catalog.>) $3"
 	" FROM @extschema@.idem_records r"
 	" WHERE r.scope OPERATOR(pg_catalog.=) $1 AND r.key OPERATOR(pg_catalog.=) $2",
-	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}, IDEM_REWRITTEN_PER_SHARD
+	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID},
+	IDEM_REWRITTEN_PER_SHARD
 };
 
 static IdemQuery q_lookup = {
@@ -69,7 +71,8 @@ static IdemQuery q_lookup = {
 	" FROM @extschema@.idem_records r"
 	" WHERE r.scope OPERATOR(pg_catalog.=) $1 AND r.key OPERATOR(pg_catalog.=) $2"
 	" AND r.expires_at OPERATOR(pg_catalog.>) $3",
-	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}, IDEM_REWRITTEN_PER_SHARD
+	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID},
+	IDEM_REWRITTEN_PER_SHARD
 };
 
 static IdemQuery q_release = {
@@ -79,7 +82,8 @@ static IdemQuery q_release = {
 	"          AND r.locked_until OPERATOR(pg_catalog.>) $3"
 	"          AND r.expires_at OPERATOR(pg_catalog.>) $3)"
 	" RETURNING r.expires_at OPERATOR(pg_catalog.>) $3",
-	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}, IDEM_REWRITTEN_PER_SHARD
+	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID},
+	IDEM_REWRITTEN_PER_SHARD
 };
 
 static IdemQuery q_leased = {
@@ -88,7 +92,8 @@ static IdemQuery q_leased = {
 	" AND r.status OPERATOR(pg_catalog.=) 'in_progress'"
 	" AND r.locked_until OPERATOR(pg_catalog.>) $3"
 	" AND r.expires_at OPERATOR(pg_catalog.>) $3",
-	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}, IDEM_REWRITTEN_PER_SHARD
+	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID},
+	IDEM_REWRITTEN_PER_SHARD
 };
 
 static IdemQuery q_purge = {

@@ -63,7 +63,8 @@ static IdemQuery q_token_insert = {
 	" (scope, key, status, created_at, updated_at, expires_at)"
 	" VALUES ($1, $2, 'issued', $3, $3, $4)"
 	" ON CONFLICT (scope, key) DO NOTHING",
-	4, {TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID}, IDEM_REWRITTEN_PER_SHARD
+	4, {TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID},
+	IDEM_REWRITTEN_PER_SHARD
 };
 
 static IdemQuery q_token_consume = {
@@ -72,7 +73,8 @@ static IdemQuery q_token_consume = {
 	" WHERE r.scope OPERATOR(pg_catalog.=) $1 AND r.key OPERATOR(pg_catalog.=) $2"
 	" AND r.status OPERATOR(pg_catalog.=) 'issued'"
 	" AND r.expires_at OPERATOR(pg_catalog.>) $3",
-	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}, IDEM_REWRITTEN_PER_SHARD
+	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID},
+	IDEM_REWRITTEN_PER_SHARD
 };
 
 /*

@@ -83,7 +83,7 @@ extern bool idem_rel_guarded(Relation rel, Oid trigfunc, Oid allows,
 
 /* guard_error.c: the errors a guard trigger raises in the user's statement */
 extern char *idem_guard_doing(TriggerData *td, const char *table);
-extern void idem_not_a_guard(Trigger *tg);
+IDEM_NORETURN extern void idem_not_a_guard(Trigger *tg);
 extern void idem_guard_refuse(GuardEntry *e, IdemMachine *m, TriggerData *td,
 							  text *from, text *to, IdemGuardVerdict v);
 

@@ -81,7 +81,7 @@ build/idempotency--$(EXTVERSION).sql: $(SQL_SOURCES) idempotency.control
 	@mkdir -p build
 	cat $(SQL_SOURCES) > $@
 
-$(OBJS): src/idempotency.h src/compat.h src/spi_read.h
+$(OBJS): $(wildcard src/*.h)
 
 portable: build/portable/idempotency-portable--$(EXTVERSION).sql build/portable/idempotency--$(EXTVERSION).sql \
 	$(PORTABLE_PLAIN_UPGRADES)

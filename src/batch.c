@@ -39,8 +39,8 @@
  *	     that became live between steps 1 and 2 (a concurrent claim that
  *	     committed meanwhile).  ON CONFLICT DO UPDATE left its row locked
  *	     by this transaction, so nobody can change it: it is settled by
- *	     idem_claim_one (claim.c), which therefore cannot wait here, and
- *	     which reports the duplicate as idem_claim does.  Such a row stays
+ *	     idem_claim_spi_plain (claim.c), which therefore cannot wait here,
+ *	     and which reports the duplicate as idem_claim does.  Such a row stays
  *	     locked until the transaction ends; this only happens to a key
  *	     first claimed by a concurrent transaction during this call.
  *
@@ -51,14 +51,14 @@
  *	  its primary key probe, exactly as idem_claim does it (the probe waits
  *	  for a transaction that is inserting or deleting the key, as the
  *	  INSERT would); a found record that may be taken over is taken over at
- *	  once by idem_claim_one's UPDATE, and a live one is a duplicate, not
+ *	  once by idem_claim_spi_plain's UPDATE, and a live one is a duplicate, not
  *	  touched.  Waits come in the same sorted order, a redelivered batch
  *	  still writes nothing, and the table is opened once for the batch.
  *
  *	  Row-level security: a record that a policy hides from step 1 is not
  *	  a duplicate there; step 2 then meets it and the policy stops the statement
  *	  (42501), or, depending on the server version, step 3 does
- *	  (idem_claim_one's 42501).  A hidden key is never claimed twice.
+ *	  (idem_claim_spi_plain's 42501).  A hidden key is never claimed twice.
  *
  *	  Visibility: in READ COMMITTED each statement takes a fresh snapshot.
  *	  A live record that an uncommitted transaction is deleting or making
@@ -101,6 +101,7 @@
 #include "utils/tuplestore.h"
 
 #include "idempotency.h"
+#include "claim.h"
 #include "spi_read.h"
 
 PG_FUNCTION_INFO_V1(idem_claim_many);
@@ -164,22 +165,7 @@ typedef struct BatchKey
 	int			pos;			/* 0-based position in the array */
 } BatchKey;
 
-/* Bytewise order of the keys (as COLLATE "C"), then array position. */
-static int
-batch_key_cmp(const void *a, const void *b)
-{
-	const BatchKey *ka = (const BatchKey *) a;
-	const BatchKey *kb = (const BatchKey *) b;
-	int			c = memcmp(ka->data, kb->data, Min(ka->len, kb->len));
-
-	if (c != 0)
-		return c;
-	if (ka->len != kb->len)
-		return ka->len < kb->len ? -1 : 1;
-	return (ka->pos > kb->pos) - (ka->pos < kb->pos);
-}
-
-/* Bytewise order only: for bsearch among the distinct keys. */
+/* Bytewise order only (as COLLATE "C"): for bsearch among the distinct keys. */
 static int
 batch_bytes_cmp(const void *a, const void *b)
 {
@@ -189,9 +175,20 @@ batch_bytes_cmp(const void *a, const void *b)
 
 	if (c != 0)
 		return c;
-	if (ka->len != kb->len)
-		return ka->len < kb->len ? -1 : 1;
-	return 0;
+	return (ka->len > kb->len) - (ka->len < kb->len);
+}
+
+/* Bytewise order of the keys, then array position: for sorting them. */
+static int
+batch_key_cmp(const void *a, const void *b)
+{
+	const BatchKey *ka = (const BatchKey *) a;
+	const BatchKey *kb = (const BatchKey *) b;
+	int			c = batch_bytes_cmp(a, b);
+
+	if (c != 0)
+		return c;
+	return (ka->pos > kb->pos) - (ka->pos < kb->pos);
 }
 
 /*
@@ -281,7 +278,7 @@ batch_arg_keys(FunctionCallInfo fcinfo, int argno, const char *fname,
  * The fast path (READ COMMITTED and a plain idem_records; see direct.c)
  * instead of the three steps of batch_claim: each key in sorted order,
  * inserted or found by its primary key probe through the open fast path
- * direct; a record to take over goes through idem_claim_one's UPDATE at
+ * direct; a record to take over goes through idem_claim_spi_plain's UPDATE at
  * once, so the order is kept.  Statistics are counted per key by claim.c.
  */
 static void
@@ -294,79 +291,60 @@ batch_claim_direct(IdemDirect *direct, Oid nsp, text *scope, BatchKey *distinct,
 	for (i = 0; i < m; i++)
 	{
 		text	   *key = (text *) DatumGetPointer(distinct[i].key);
-		int			r;
+		IdemClaimOutcome r;
 
-		r = idem_claim_direct_in(direct, scope, key, now, expires, NULL, fname);
-		if (r < 0)
-			r = idem_claim_one(nsp, scope, key, now, expires, NULL, fname);
-		state[i] = r ? KEY_CLAIMED : KEY_DUPLICATE;
+		r = idem_claim_fast_through(direct, scope, key, now, expires, NULL, fname);
+		if (r == IDEM_CLAIM_UNDECIDED)
+			r = idem_claim_spi_plain(nsp, scope, key, now, expires, NULL, fname);
+		state[i] = r == IDEM_CLAIM_ACQUIRED ? KEY_CLAIMED : KEY_DUPLICATE;
+	}
+}
+
+/* The statistics of the set-based steps, counted once at the end. */
+typedef struct BatchCounts
+{
+	int64		claimed;
+	int64		takeover;
+	int64		duplicate;
+	int64		in_progress;
+} BatchCounts;
+
+/*
+ * Claim, one by one in sorted order as idem_claim does through SPI, each
+ * of the m sorted distinct keys of scope that no step decided yet (state
+ * KEY_PENDING or KEY_CLAIMABLE).  idem_claim_spi_plain counts its own
+ * statistics.
+ */
+static void
+batch_claim_each(Oid nsp, text *scope, BatchKey *distinct, int m,
+				 TimestampTz now, TimestampTz expires, char *state)
+{
+	int			i;
+
+	for (i = 0; i < m; i++)
+	{
+		CHECK_FOR_INTERRUPTS();
+		if (state[i] == KEY_CLAIMED || state[i] == KEY_DUPLICATE)
+			continue;
+		state[i] = idem_claim_spi_plain(nsp, scope,
+										(text *) DatumGetPointer(distinct[i].key),
+										now, expires, NULL, "idem_claim_many") ==
+			IDEM_CLAIM_ACQUIRED ? KEY_CLAIMED : KEY_DUPLICATE;
 	}
 }
 
 /*
- * Claim the m sorted distinct keys of scope; on return state[i] is
- * KEY_CLAIMED or KEY_DUPLICATE for each.  See the header comment for the
- * three steps and why they keep the lock order.
+ * Step 1: the keys (values[1], all m of them) whose records are live are
+ * duplicates, counted and logged; their rows are not touched.  Marks the
+ * keys with a record to take over KEY_CLAIMABLE.
  */
 static void
-batch_claim(Oid nsp, text *scope, BatchKey *distinct, int m,
-			TimestampTz now, TimestampTz expires, char *state)
+batch_step_live(Oid nsp, text *scope, BatchKey *distinct, int m, Datum *values,
+				char *state, BatchCounts *counts)
 {
-	const char *fname = "idem_claim_many";
-	Datum	   *datums = (Datum *) palloc(m * sizeof(Datum));
-	Datum		values[4];
-	int			npending;
-	int			n;
+	int			n = idem_query_exec(&q_many_live, nsp, values, NULL, false, 0);
 	int			i;
-	int64		n_claimed = 0;
-	int64		n_takeover = 0;
-	int64		n_duplicate = 0;
-	int64		n_in_progress = 0;
-	IdemDirect *direct;
 
-	idem_spi_connect();
-
-	/* The fast path where it applies (see batch_claim_direct). */
-	direct = idem_direct_open(nsp);
-	if (direct != NULL)
-	{
-		batch_claim_direct(direct, nsp, scope, distinct, m, now, expires, state);
-		idem_direct_close(direct);
-		SPI_finish();
-		return;
-	}
-
-	/*
-	 * idem_records distributed by Citus: Citus cannot plan the two steps
-	 * below (an INSERT ... SELECT over a table function, a lateral
-	 * subquery with LIMIT), so each key, in sorted order, is claimed as
-	 * idem_claim does, a statement routed to its shard.  The keys are still
-	 * locked in one order, whatever shard holds them, so two batches wait
-	 * for each other rather than deadlock.  The same for records with a
-	 * shard key (shard.c), whose statements are keyed.
-	 */
-	if (idem_records_citus(nsp) || OidIsValid(idem_shard_type(nsp)))
-	{
-		for (i = 0; i < m; i++)
-		{
-			CHECK_FOR_INTERRUPTS();
-			state[i] = idem_claim_one(nsp, scope, (text *) DatumGetPointer(distinct[i].key),
-									  now, expires, NULL, fname) ? KEY_CLAIMED : KEY_DUPLICATE;
-		}
-		SPI_finish();
-		return;
-	}
-
-	for (i = 0; i < m; i++)
-		datums[i] = distinct[i].key;
-	values[0] = PointerGetDatum(scope);
-	values[1] = PointerGetDatum(construct_array(datums, m, TEXTOID, -1, false,
-												TYPALIGN_INT));
-	values[2] = TimestampTzGetDatum(now);
-	values[3] = TimestampTzGetDatum(expires);
-
-	/* Step 1: live records are duplicates; their rows are not touched. */
-	n = idem_query_exec(&q_many_live, nsp, values, NULL, false, 0);
 	for (i = 0; i < n; i++)
 	{
 		int			k = batch_find(distinct, m, i);
@@ -384,14 +362,68 @@ batch_claim(Oid nsp, text *scope, BatchKey *distinct, int m,
 		created_at = DatumGetTimestampTz(idem_spi_read_required(SPI_tuptable, i, 3,
 																TIMESTAMPTZOID, "created_at"));
 		if (idem_duplicate_stat(status) == IDEM_STAT_IN_PROGRESS_CONFLICT)
-			n_in_progress++;
+			counts->in_progress++;
 		else
-			n_duplicate++;
+			counts->duplicate++;
 		idem_log_duplicate("claim", scope, (text *) DatumGetPointer(distinct[k].key),
 						   created_at, status);
 	}
+}
 
-	/* Step 2: insert or take over the rest, in sorted order. */
+/*
+ * Step 2: insert or take over the npending keys of values[1], in sorted
+ * order; returns how many it claimed.  A key it did not claim has a live
+ * record (left locked), for step 3.
+ */
+static int
+batch_step_claim(Oid nsp, BatchKey *distinct, int m, Datum *values,
+				 char *state, BatchCounts *counts)
+{
+	int			n = idem_query_exec(&q_many_claim, nsp, values, NULL, false, 0);
+	int			i;
+
+	for (i = 0; i < n; i++)
+	{
+		int			k = batch_find(distinct, m, i);
+
+		/*
+		 * A takeover if step 1 saw a claimable record.  (A record that came
+		 * or went between the two statements can make this count wrong,
+		 * never the answer.)
+		 */
+		if (state[k] == KEY_CLAIMABLE)
+			counts->takeover++;
+		state[k] = KEY_CLAIMED;
+	}
+	counts->claimed += n;
+	return n;
+}
+
+/*
+ * The three set-based steps of the header comment, for the m sorted
+ * distinct keys of scope; the statistics of steps 1 and 2 are counted at
+ * the end.  Inside SPI.
+ */
+static void
+batch_claim_sets(Oid nsp, text *scope, BatchKey *distinct, int m,
+				 TimestampTz now, TimestampTz expires, char *state)
+{
+	Datum	   *datums = (Datum *) palloc(m * sizeof(Datum));
+	Datum		values[4];
+	int			npending;
+	int			i;
+	BatchCounts counts = {0, 0, 0, 0};
+
+	for (i = 0; i < m; i++)
+		datums[i] = distinct[i].key;
+	values[0] = PointerGetDatum(scope);
+	values[1] = PointerGetDatum(construct_array(datums, m, TEXTOID, -1, false,
+												TYPALIGN_INT));
+	values[2] = TimestampTzGetDatum(now);
+	values[3] = TimestampTzGetDatum(expires);
+
+	batch_step_live(nsp, scope, distinct, m, values, state, &counts);
+
 	npending = 0;
 	for (i = 0; i < m; i++)
 		if (state[i] != KEY_DUPLICATE)
@@ -400,47 +432,53 @@ batch_claim(Oid nsp, text *scope, BatchKey *distinct, int m,
 	{
 		values[1] = PointerGetDatum(construct_array(datums, npending, TEXTOID,
 													-1, false, TYPALIGN_INT));
-		n = idem_query_exec(&q_many_claim, nsp, values, NULL, false, 0);
-		for (i = 0; i < n; i++)
-		{
-			int			k = batch_find(distinct, m, i);
-
-			/*
-			 * A takeover if step 1 saw a claimable record.  (A record that
-			 * came or went between the two statements can make this count
-			 * wrong, never the answer.)
-			 */
-			if (state[k] == KEY_CLAIMABLE)
-				n_takeover++;
-			state[k] = KEY_CLAIMED;
-		}
-		n_claimed += n;
-
-		/*
-		 * Step 3: keys whose rows step 2 found live (and left locked).
-		 * idem_claim_one counts its own statistics.
-		 */
-		if (n < npending)
-		{
-			for (i = 0; i < m; i++)
-			{
-				CHECK_FOR_INTERRUPTS();
-				if (state[i] == KEY_CLAIMED || state[i] == KEY_DUPLICATE)
-					continue;
-				state[i] = idem_claim_one(nsp, scope,
-										  (text *) DatumGetPointer(distinct[i].key),
-										  now, expires, NULL, fname)
-					? KEY_CLAIMED : KEY_DUPLICATE;
-			}
-		}
+		/* Step 3: keys whose rows step 2 found live (and left locked). */
+		if (batch_step_claim(nsp, distinct, m, values, state, &counts) < npending)
+			batch_claim_each(nsp, scope, distinct, m, now, expires, state);
 	}
 
-	SPI_finish();
+	idem_stats_add(scope, IDEM_STAT_CLAIMED, counts.claimed);
+	idem_stats_add(scope, IDEM_STAT_TAKEOVER, counts.takeover);
+	idem_stats_add(scope, IDEM_STAT_DUPLICATE, counts.duplicate);
+	idem_stats_add(scope, IDEM_STAT_IN_PROGRESS_CONFLICT, counts.in_progress);
+}
 
-	idem_stats_add(scope, IDEM_STAT_CLAIMED, n_claimed);
-	idem_stats_add(scope, IDEM_STAT_TAKEOVER, n_takeover);
-	idem_stats_add(scope, IDEM_STAT_DUPLICATE, n_duplicate);
-	idem_stats_add(scope, IDEM_STAT_IN_PROGRESS_CONFLICT, n_in_progress);
+/*
+ * Claim the m sorted distinct keys of scope; on return state[i] is
+ * KEY_CLAIMED or KEY_DUPLICATE for each.  See the header comment for the
+ * three steps and why they keep the lock order.
+ */
+static void
+batch_claim(Oid nsp, text *scope, BatchKey *distinct, int m,
+			TimestampTz now, TimestampTz expires, char *state)
+{
+	IdemDirect *direct;
+
+	idem_spi_connect();
+
+	/* The fast path where it applies (see batch_claim_direct). */
+	direct = idem_direct_open(nsp, NULL);
+	if (direct != NULL)
+	{
+		batch_claim_direct(direct, nsp, scope, distinct, m, now, expires, state);
+		idem_direct_close(direct);
+	}
+
+	/*
+	 * idem_records distributed by Citus: Citus cannot plan the two steps
+	 * below (an INSERT ... SELECT over a table function, a lateral
+	 * subquery with LIMIT), so each key, in sorted order, is claimed as
+	 * idem_claim does, a statement routed to its shard.  The keys are still
+	 * locked in one order, whatever shard holds them, so two batches wait
+	 * for each other rather than deadlock.  The same for records with a
+	 * shard key (shard.c), whose statements are rewritten per shard.
+	 */
+	else if (idem_records_citus(nsp) || OidIsValid(idem_shard_type(nsp)))
+		batch_claim_each(nsp, scope, distinct, m, now, expires, state);
+	else
+		batch_claim_sets(nsp, scope, distinct, m, now, expires, state);
+
+	SPI_finish();
 }
 
 /*
@@ -540,19 +578,5 @@ idem_claim_many(PG_FUNCTION_ARGS)
 	return (Datum) 0;
 }
 
-/*
- * The F_at twins of this file (sql/idempotency_shard.sql):
- * F_at(shard_key "any", the arguments of F) is F for idem_records
- * distributed by a shard key; shard_key is the record's distribution
- * value.  Each fails as F does, and as idem_shard_call says (22004 NULL
- * shard_key, 55000 records without a shard key, the conversion's error).
- */
-
-PG_FUNCTION_INFO_V1(idem_claim_many_at);
-
-Datum
-idem_claim_many_at(PG_FUNCTION_ARGS)
-{
-	return idem_shard_call(fcinfo, idem_extension_schema(fcinfo), idem_claim_many,
-						   "idem_claim_many_at");
-}
+/* The F_at twins of this file (IDEM_SHARD_TWIN, idempotency.h). */
+IDEM_SHARD_TWIN(idem_claim_many);

@@ -20,9 +20,10 @@
  *	  Callers cache answers where they are on a hot path (direct.c keeps
  *	  whether idem_records is a Citus table with its OID).
  *
- *	  This file calls no other file of src/: direct.c, batch.c (whether to
- *	  claim key by key), lease.c, guard.c, guard_cache.c, guard_trigger.c
- *	  and machine_cache.c call it.
+ *	  This file calls no other file of src/: direct.c, citus_local.c,
+ *	  lease.c (idem_refuse_citus_worker_tokens), guard.c,
+ *	  guard_install.c, guard_cache.c, guard_trigger.c and machine_cache.c
+ *	  call it.
  *
  *-------------------------------------------------------------------------
  */
@@ -43,6 +44,46 @@
 #include "utils/rel.h"
 
 #include "idempotency.h"
+#include "citus.h"
+
+/* A scan of one of Citus's catalogs (citus_scan_begin .. citus_scan_end). */
+typedef struct CitusScan
+{
+	Relation	rel;
+	SysScanDesc scan;
+} CitusScan;
+
+/*
+ * Begin a scan of pg_catalog.<catalog> for the rows whose attribute att
+ * equals value (by eqproc), through the index of that name when it
+ * exists; rows come from systable_getnext(cs->scan).  False when there is
+ * no such catalog (nothing is open then).  The catalog is opened with
+ * AccessShareLock, closed with the scan by citus_scan_end.
+ */
+static bool
+citus_scan_begin(CitusScan *cs, const char *catalog, const char *index,
+				 AttrNumber att, RegProcedure eqproc, Datum value)
+{
+	Oid			catalog_oid = get_relname_relid(catalog, PG_CATALOG_NAMESPACE);
+	Oid			index_oid;
+	ScanKeyData skey;
+
+	if (!OidIsValid(catalog_oid))
+		return false;
+	index_oid = get_relname_relid(index, PG_CATALOG_NAMESPACE);
+	cs->rel = table_open(catalog_oid, AccessShareLock);
+	ScanKeyInit(&skey, att, BTEqualStrategyNumber, eqproc, value);
+	cs->scan = systable_beginscan(cs->rel, index_oid, OidIsValid(index_oid), NULL,
+								  1, &skey);
+	return true;
+}
+
+static void
+citus_scan_end(CitusScan *cs)
+{
+	systable_endscan(cs->scan);
+	table_close(cs->rel, AccessShareLock);
+}
 
 /*
  * Is relid a table that Citus manages (distributed, reference or Citus
@@ -91,27 +132,18 @@ idem_citus_shard_name(char *out, const char *name, int64 shardid)
 bool
 idem_citus_partition(Oid relid, char *method, AttrNumber *distatt, int32 *colocation)
 {
-	Oid			catalog;
-	Oid			index;
-	Relation	pdp;
-	ScanKeyData skey;
-	SysScanDesc scan;
+	CitusScan	cs;
 	HeapTuple	tup;
 	bool		found = false;
 
-	if (!OidIsValid(get_extension_oid("citus", true)))
+	if (!OidIsValid(get_extension_oid("citus", true)) ||
+		!citus_scan_begin(&cs, "pg_dist_partition", "pg_dist_partition_logical_relid_index",
+						  1, F_OIDEQ, ObjectIdGetDatum(relid)))
 		return false;
-	catalog = get_relname_relid("pg_dist_partition", PG_CATALOG_NAMESPACE);
-	if (!OidIsValid(catalog))
-		return false;
-	index = get_relname_relid("pg_dist_partition_logical_relid_index", PG_CATALOG_NAMESPACE);
-	pdp = table_open(catalog, AccessShareLock);
-	ScanKeyInit(&skey, 1, BTEqualStrategyNumber, F_OIDEQ, ObjectIdGetDatum(relid));
-	scan = systable_beginscan(pdp, index, OidIsValid(index), NULL, 1, &skey);
-	tup = systable_getnext(scan);
+	tup = systable_getnext(cs.scan);
 	if (HeapTupleIsValid(tup))
 	{
-		TupleDesc	desc = RelationGetDescr(pdp);
+		TupleDesc	desc = RelationGetDescr(cs.rel);
 		bool		isnull;
 		Datum		d;
 
@@ -130,8 +162,7 @@ idem_citus_partition(Oid relid, char *method, AttrNumber *distatt, int32 *coloca
 		d = heap_getattr(tup, 4, desc, &isnull);	/* colocationid */
 		*colocation = isnull ? 0 : DatumGetInt32(d);
 	}
-	systable_endscan(scan);
-	table_close(pdp, AccessShareLock);
+	citus_scan_end(&cs);
 	return found;
 }
 
@@ -176,11 +207,7 @@ idem_citus_shard_rel(Relation rel, Oid *logical, int64 *shardid, char **minvalue
 	const char *sep = strrchr(name, '_');
 	char	   *end;
 	int64		id;
-	Oid			catalog;
-	Oid			index;
-	Relation	pds;
-	ScanKeyData skey;
-	SysScanDesc scan;
+	CitusScan	cs;
 	HeapTuple	tup;
 	bool		found = false;
 
@@ -191,18 +218,14 @@ idem_citus_shard_rel(Relation rel, Oid *logical, int64 *shardid, char **minvalue
 	if (errno != 0 || *end != '\0' || id <= 0)
 		return false;
 
-	catalog = get_relname_relid("pg_dist_shard", PG_CATALOG_NAMESPACE);
-	if (!OidIsValid(catalog))
-		return false;
-	index = get_relname_relid("pg_dist_shard_shardid_index", PG_CATALOG_NAMESPACE);
-	pds = table_open(catalog, AccessShareLock);
 	/* shardid (attribute 2) is an int8; logicalrelid (1) a regclass. */
-	ScanKeyInit(&skey, 2, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(id));
-	scan = systable_beginscan(pds, index, OidIsValid(index), NULL, 1, &skey);
-	tup = systable_getnext(scan);
+	if (!citus_scan_begin(&cs, "pg_dist_shard", "pg_dist_shard_shardid_index",
+						  2, F_INT8EQ, Int64GetDatum(id)))
+		return false;
+	tup = systable_getnext(cs.scan);
 	if (HeapTupleIsValid(tup))
 	{
-		TupleDesc	desc = RelationGetDescr(pds);
+		TupleDesc	desc = RelationGetDescr(cs.rel);
 		bool		isnull;
 		Datum		d = heap_getattr(tup, 1, desc, &isnull);
 		Oid			table = isnull ? InvalidOid : DatumGetObjectId(d);
@@ -225,8 +248,7 @@ idem_citus_shard_rel(Relation rel, Oid *logical, int64 *shardid, char **minvalue
 			*minvalue = isnull ? NULL : TextDatumGetCString(d);
 		}
 	}
-	systable_endscan(scan);
-	table_close(pds, AccessShareLock);
+	citus_scan_end(&cs);
 	return found;
 }
 
@@ -253,29 +275,20 @@ idem_citus_shard_of(Relation rel, Oid logical)
 Oid
 idem_citus_local_placement(Oid logical, const char *minvalue)
 {
-	Oid			catalog;
-	Oid			index;
-	Relation	pds;
-	ScanKeyData skey;
-	SysScanDesc scan;
+	CitusScan	cs;
 	HeapTuple	tup;
 	int64		shardid = 0;
 	int			n = 0;
 	char	   *lname;
 	char		name[NAMEDATALEN];
 
-	if (!OidIsValid(get_extension_oid("citus", true)))
+	if (!OidIsValid(get_extension_oid("citus", true)) ||
+		!citus_scan_begin(&cs, "pg_dist_shard", "pg_dist_shard_logical_relid_index",
+						  1, F_OIDEQ, ObjectIdGetDatum(logical)))
 		return InvalidOid;
-	catalog = get_relname_relid("pg_dist_shard", PG_CATALOG_NAMESPACE);
-	if (!OidIsValid(catalog))
-		return InvalidOid;
-	index = get_relname_relid("pg_dist_shard_logical_relid_index", PG_CATALOG_NAMESPACE);
-	pds = table_open(catalog, AccessShareLock);
-	ScanKeyInit(&skey, 1, BTEqualStrategyNumber, F_OIDEQ, ObjectIdGetDatum(logical));
-	scan = systable_beginscan(pds, index, OidIsValid(index), NULL, 1, &skey);
-	while (HeapTupleIsValid(tup = systable_getnext(scan)))
+	while (HeapTupleIsValid(tup = systable_getnext(cs.scan)))
 	{
-		TupleDesc	desc = RelationGetDescr(pds);
+		TupleDesc	desc = RelationGetDescr(cs.rel);
 		bool		isnull;
 		Datum		d;
 
@@ -292,8 +305,7 @@ idem_citus_local_placement(Oid logical, const char *minvalue)
 			n++;
 		}
 	}
-	systable_endscan(scan);
-	table_close(pds, AccessShareLock);
+	citus_scan_end(&cs);
 
 	lname = get_rel_name(logical);
 	if (n != 1 || lname == NULL)

@@ -53,7 +53,8 @@
  *	  with a catalog snapshot taken after the metadata lock.
  *
  *	  direct.c calls this file; it calls only citus.c (partition, local
- *	  group, Citus's shard names).
+ *	  group, Citus's shard names) and relcache.c (its cache of shard
+ *	  ranges subscribes at load, idem_citus_local_init).
  *
  *-------------------------------------------------------------------------
  */
@@ -79,6 +80,8 @@
 #include "utils/rel.h"
 
 #include "idempotency.h"
+#include "citus.h"
+#include "claim.h"
 
 /* Citus 13's enum LocalExecutionStatus (local_executor.h). */
 #define CITUS_LOCAL_EXECUTION_REQUIRED 0
@@ -106,7 +109,6 @@ static Oid	ranges_relid = InvalidOid;	/* InvalidOid: not loaded */
 static bool ranges_usable = false;	/* hash-distributed by key, "C" */
 static ShardRange *ranges = NULL;
 static int	nranges = 0;
-static bool ranges_callback = false;
 
 static Oid	ranges_loading = InvalidOid;	/* being loaded */
 static bool ranges_forgotten = false;	/* invalidated since the load began */
@@ -118,6 +120,13 @@ ranges_forget(Oid relid)
 		ranges_relid = InvalidOid;
 	if (relid == InvalidOid || relid == ranges_loading)
 		ranges_forgotten = true;
+}
+
+/* Subscribe the cache to relcache invalidations (module.c's _PG_init). */
+void
+idem_citus_local_init(void)
+{
+	idem_relcache_subscribe(ranges_forget);
 }
 
 /* Is the citus extension of this database at version 13.x? */
@@ -307,11 +316,6 @@ range_of(Relation records, text *key)
 	Oid			relid = RelationGetRelid(records);
 	int32		h;
 
-	if (!ranges_callback)
-	{
-		idem_relcache_subscribe(ranges_forget);
-		ranges_callback = true;
-	}
 	if (ranges_relid != relid)
 	{
 		ranges_forgotten = false;

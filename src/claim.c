@@ -4,14 +4,21 @@
  *	  The one owner of "decide one key": idem_claim, and the decision that
  *	  idem_claim_many (batch.c) and idem_begin (lease.c) share with it.
  *	  The callers differ only in their statements (an IdemClaimPlan) and
- *	  in how they map the outcome to their answer.
+ *	  in how they map the outcome (IdemClaimOutcome, claim.h) to their
+ *	  answer.  The file reads top-down: the SQL entry points, then the
+ *	  fast path, the SQL path, and the decision they share.
  *
  *	  Order of a claim:
- *	  1. The fast path (direct.c, idem_claim and idem_claim_many only):
- *	     the executor's speculative insertion called without SPI.  It
- *	     inserts the record, finds a conflicting one (then decided here by
- *	     claim_verdict), or declines.
- *	  2. The SPI path, idem_claim_spi: INSERT ... ON CONFLICT DO NOTHING;
+ *	  1. The fast path, idem_claim_fast (one key) and
+ *	     idem_claim_fast_through (a fast path idem_claim_many opened for
+ *	     its keys): direct.c's speculative insertion without SPI.  It
+ *	     inserts the record (IDEM_CLAIM_ACQUIRED) or finds a conflicting
+ *	     one, decided here by claim_verdict (IDEM_CLAIM_DUPLICATE, or
+ *	     IDEM_CLAIM_UNDECIDED for a record to take over); when it does not
+ *	     apply, IDEM_CLAIM_UNDECIDED too: the caller then takes step 2.
+ *	  2. The SQL path, idem_claim_spi with a plan's statements
+ *	     (idem_claim_spi_plain: idem_claim's own, which on records with a
+ *	     shard key run rewritten by shard.c): INSERT ... ON CONFLICT DO NOTHING;
  *	     on a conflict, read the record; a live one is a duplicate (or
  *	     ID001 for another fingerprint); an expired, retryable or abandoned
  *	     one is taken over by an UPDATE whose WHERE re-checks the takeover
@@ -45,6 +52,10 @@
  *	  Time: "now" is the wall clock at the call (GetCurrentTimestamp), not
  *	  the transaction start, so expiry is counted from the call.
  *
+ *	  Calls: direct.c (the fast path), query.c and spi_read.c (the SQL
+ *	  path), shard.c (the _at twin), args.c, stats.c.  Called by batch.c
+ *	  and lease.c, and by module.c's _PG_init (idem_claim_init).
+ *
  *	  Memory: arguments and results are in the caller's context; SPI's
  *	  per-call memory is released by the caller's SPI_finish.
  *
@@ -54,32 +65,55 @@
 
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/rls.h"
 #include "utils/timestamp.h"
 
 #include "idempotency.h"
+#include "claim.h"
 #include "spi_read.h"
 
 PG_FUNCTION_INFO_V1(idem_claim);
 PG_FUNCTION_INFO_V1(idem_claim_default_scope);
 
+/* The F_at twin of idem_claim (IDEM_SHARD_TWIN, idempotency.h). */
+IDEM_SHARD_TWIN(idem_claim);
+
+/* idempotency.log_duplicates */
+static bool log_duplicates = false;
+
+static bool claim_internal(FunctionCallInfo fcinfo, text *scope, text *key,
+						   int ttl_argno, int fp_argno);
+static bool claim_verdict(IdemRecordState *rec, text *scope, text *key,
+						  TimestampTz now, bytea *fp, const char *fname,
+						  const char *verb);
+
 /* How often a conflicting but invisible row is retried before giving up. */
 #define CLAIM_MAX_INVISIBLE_RETRIES 10
 
+/*
+ * idem_claim's statements (claim_plan, for idem_claim_spi).  All three are
+ * IDEM_REWRITTEN_PER_SHARD: when idem_records has a shard key, the text
+ * that runs is not this one but idem_shard_rewrite's (shard.c; query.c
+ * swaps it in at prepare time), which adds the F_at call's shard key as
+ * one more parameter.
+ */
 static IdemQuery q_claim_insert = {
 	"INSERT INTO @extschema@.idem_records AS r"
 	" (scope, key, status, fingerprint, created_at, updated_at, expires_at)"
 	" VALUES ($1, $2, 'claimed', $3, $4, $4, $5)"
 	" ON CONFLICT (scope, key) DO NOTHING",
-	5, {TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID}, true
+	5, {TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID},
+	IDEM_REWRITTEN_PER_SHARD
 };
 
 static IdemQuery q_claim_read = {
 	"SELECT r.status, r.fingerprint, r.created_at, r.expires_at, r.locked_until"
 	" FROM @extschema@.idem_records r"
 	" WHERE r.scope OPERATOR(pg_catalog.=) $1 AND r.key OPERATOR(pg_catalog.=) $2",
-	2, {TEXTOID, TEXTOID}, true
+	2, {TEXTOID, TEXTOID},
+	IDEM_REWRITTEN_PER_SHARD
 };
 
 static IdemQuery q_claim_takeover = {
@@ -91,154 +125,173 @@ static IdemQuery q_claim_takeover = {
 	"                THEN 0 ELSE r.attempts END"
 	" WHERE r.scope OPERATOR(pg_catalog.=) $1 AND r.key OPERATOR(pg_catalog.=) $2"
 	" AND " IDEM_CLAIMABLE_SQL,
-	5, {TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID}, true
+	5, {TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID},
+	IDEM_REWRITTEN_PER_SHARD
 };
 
-/* idem_claim's statements for idem_claim_spi. */
 static const IdemClaimPlan claim_plan = {
 	&q_claim_insert, &q_claim_read, &q_claim_takeover, NULL, "claim"
 };
 
-/*
- * Raise the fingerprint-mismatch error (ID001) for a live record whose
- * stored digest differs from the one given.
- */
+/* Define idempotency.log_duplicates (module.c's _PG_init). */
 void
-idem_fingerprint_mismatch(const char *fname, text *scope, text *key,
-						  TimestampTz first_claimed)
+idem_claim_init(void)
 {
-	idem_stats_count(scope, IDEM_STAT_FINGERPRINT_MISMATCH);
-	ereport(ERROR,
-			(errcode(ERRCODE_IDEM_FINGERPRINT_MISMATCH),
-			 errmsg("%s: idempotency key reused with a different request", fname),
-			 errdetail("Key \"%s\" in scope \"%s\" was first claimed at %s with a different fingerprint.",
-					   text_to_cstring(key), text_to_cstring(scope),
-					   idem_timestamptz_cstring(first_claimed)),
-			 errhint("Use a new key for a different request, or send the same request again.")));
+	DefineCustomBoolVariable("idempotency.log_duplicates",
+							 "Logs one line for each duplicate claim of an idempotency key.",
+							 NULL,
+							 &log_duplicates,
+							 false,
+							 PGC_SUSET,
+							 0,
+							 NULL,
+							 NULL,
+							 NULL);
+}
+
+/* ------------------------------------------------------------------------
+ * SQL-callable functions
+ * ------------------------------------------------------------------------
+ */
+
+/*
+ * idem_claim(scope text, key text, ttl interval DEFAULT NULL,
+ *            fingerprint text DEFAULT NULL) RETURNS boolean
+ *
+ * True when the calling transaction now owns (scope, key); false for a
+ * duplicate.  Fails with 22004 (NULL scope or key), 22023 (empty key,
+ * ttl not positive), 22001 (key or scope too long), 22008 (ttl overflows
+ * the timestamp range), 25006 (read-only transaction), ID001 (live key
+ * claimed with a different fingerprint), 40001 (REPEATABLE READ or
+ * SERIALIZABLE and a conflicting record committed after the snapshot, or
+ * a takeover that makes no progress), 42501 (a record row-level security
+ * hides or does not let the role update), 55000 (a record of an
+ * idem_records whose columns a DBA changed: spi_read.c), 55P03/57014
+ * (lock_timeout/statement_timeout while waiting), 25P01 (the claim would
+ * commit on its own and idempotency.autocommit_claims is error; a WARNING
+ * under warn), 22023 also for a ttl written as a bare number ('7').
+ */
+Datum
+idem_claim(PG_FUNCTION_ARGS)
+{
+	text	   *scope = idem_arg_scope(fcinfo, 0, "idem_claim");
+	text	   *key = idem_arg_key(fcinfo, 1, "idem_claim");
+
+	PG_RETURN_BOOL(claim_internal(fcinfo, scope, key, 2, 3));
 }
 
 /*
- * A takeover of (scope, key) that made no progress: the UPDATE taking the
- * record over changed no row IDEM_MAX_TAKEOVER_ROUNDS times in a row,
- * although a fresh read found it claimable each time.  Row-level security
- * that lets the role see a record but not update it does that (42501);
- * otherwise a trigger on idem_records that skips updates, or other
- * transactions changing the record at every turn (40001, retry).
+ * idem_claim(key text) RETURNS boolean
+ *
+ * idem_claim('', key): the default scope, default ttl, no fingerprint.
+ * Fails as idem_claim above.
  */
-void
-idem_takeover_stuck(Oid nsp, const char *fname, text *scope, text *key)
+Datum
+idem_claim_default_scope(PG_FUNCTION_ARGS)
 {
-	Oid			relid = get_relname_relid("idem_records", nsp);
+	text	   *key = idem_arg_key(fcinfo, 0, "idem_claim");
+	text	   *scope = cstring_to_text("");
 
-	if (OidIsValid(relid) && check_enable_rls(relid, InvalidOid, true) == RLS_ENABLED)
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("%s: row-level security does not let the current role take over the record for this key",
-						fname),
-				 errdetail("Key \"%s\" in scope \"%s\" has an expired, retryable or abandoned record that the role may read but not update.",
-						   text_to_cstring(key), text_to_cstring(scope)),
-				 errhint("Check the UPDATE policies on idem_records for this role and scope.")));
-	ereport(ERROR,
-			(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-			 errmsg("%s: could not take over the record for this key", fname),
-			 errdetail("Key \"%s\" in scope \"%s\" was found claimable %d times, but updating it changed no row.",
-					   text_to_cstring(key), text_to_cstring(scope), IDEM_MAX_TAKEOVER_ROUNDS),
-			 errhint("Retry the transaction; if this persists, look for a trigger on idem_records that skips updates.")));
+	PG_RETURN_BOOL(claim_internal(fcinfo, scope, key, -1, -1));
 }
 
 /*
- * The log line of a duplicate: a call ("claim", "begin") met the live
- * record of (scope, key).  Through idem_log_duplicate (idempotency.h),
- * which tests idempotency.log_duplicates first.
- */
-void
-idem_log_duplicate_line(const char *verb, text *scope, text *key,
-						TimestampTz first_claimed, const char *status)
-{
-	ereport(LOG,
-			(errmsg("idempotency: duplicate %s of key \"%s\" in scope \"%s\", first claimed at %s, status %s",
-					verb, text_to_cstring(key), text_to_cstring(scope),
-					idem_timestamptz_cstring(first_claimed), status),
-			 errhidestmt(true)));
-}
-
-/*
- * Decide a claim against an existing record: returns true when the record
- * can be taken over (expired, a retryable failure, or a lease that ran
- * out), false when the claim is a duplicate (then counted and logged).
- * Raises ID001 for a live record whose stored fingerprint differs from fp.
- * A NULL locked_until holds an in_progress record until it expires.
+ * The body of both idem_claim variants: the fast path (idem_claim_fast),
+ * and the SQL path (idem_claim_spi_plain) when it leaves the claim
+ * undecided.
  */
 static bool
-claim_verdict(IdemRecordState *rec, text *scope, text *key, TimestampTz now,
-			  bytea *fp, const char *fname, const char *verb)
+claim_internal(FunctionCallInfo fcinfo, text *scope, text *key,
+			   int ttl_argno, int fp_argno)
 {
-	bool		live = rec->expires_at > now;
+	const char *fname = "idem_claim";
+	Oid			nsp = idem_extension_schema(fcinfo);
+	TimestampTz now;
+	TimestampTz expires;
+	bytea	   *fp;
+	IdemClaimOutcome outcome;
 
-	if (live && fp != NULL && rec->fingerprint != NULL &&
-		!idem_bytea_equal(fp, rec->fingerprint))
-		idem_fingerprint_mismatch(fname, scope, key, rec->created_at);
+	idem_check_writable(fname);
+	idem_check_autocommit_claim(fcinfo, fname);
 
-	if (live &&
-		strcmp(rec->status, IDEM_STATUS_RETRYABLE) != 0 &&
-		!(strcmp(rec->status, IDEM_STATUS_IN_PROGRESS) == 0 &&
-		  rec->has_lock && rec->locked_until <= now))
+	now = GetCurrentTimestamp();
+	expires = idem_expiry(fcinfo, ttl_argno, now, fname);
+	fp = idem_fingerprint_digest(fcinfo, fp_argno);
+
+	/* Most claims are decided without SPI. */
+	outcome = idem_claim_fast(nsp, scope, key, now, expires, fp, fname);
+	if (outcome == IDEM_CLAIM_UNDECIDED)
 	{
-		idem_log_duplicate(verb, scope, key, rec->created_at,
-						   rec->status);
-		idem_stats_count(scope, idem_duplicate_stat(rec->status));
-		return false;
+		idem_spi_connect();
+		outcome = idem_claim_spi_plain(nsp, scope, key, now, expires, fp, fname);
+		SPI_finish();
 	}
-	return true;
+	return outcome == IDEM_CLAIM_ACQUIRED;
 }
 
-/* The answer of idem_claim_direct for what the fast path did. */
-static int
-direct_outcome(IdemDirectResult result, IdemRecordState *rec, text *scope,
-			   text *key, TimestampTz now, bytea *fp, const char *fname)
+/* ------------------------------------------------------------------------
+ * The fast path (direct.c): one key without SPI
+ * ------------------------------------------------------------------------
+ */
+
+/* What the fast path found, decided: the outcome of idem_claim_fast*. */
+static IdemClaimOutcome
+fast_outcome(IdemDirectResult result, IdemRecordState *rec, text *scope,
+			 text *key, TimestampTz now, bytea *fp, const char *fname)
 {
-	switch (result)
+	if (result == IDEM_DIRECT_INSERTED)
 	{
-		case IDEM_DIRECT_INSERTED:
-			idem_stats_count(scope, IDEM_STAT_CLAIMED);
-			return 1;
-		case IDEM_DIRECT_CONFLICT:
-			return claim_verdict(rec, scope, key, now, fp, fname, "claim") ? -1 : 0;
-		case IDEM_DIRECT_DECLINED:
-			break;
+		idem_stats_count(scope, IDEM_STAT_CLAIMED);
+		return IDEM_CLAIM_ACQUIRED;
 	}
-	return -1;
+	/* A record to take over is left to the SQL path's UPDATE. */
+	return claim_verdict(rec, scope, key, now, fp, fname, "claim") ?
+		IDEM_CLAIM_UNDECIDED : IDEM_CLAIM_DUPLICATE;
 }
 
 /*
- * The fast path of a claim (direct.c), without SPI: 1 when this transaction
- * now owns the key, 0 for a duplicate, -1 when undecided (the fast path
- * does not apply, or the record must be taken over): then the SPI path
- * decides.  Errors as idem_claim.
+ * Claim one key on the fast path (direct.c), without SPI, opening and
+ * closing it for this key: IDEM_CLAIM_ACQUIRED when this transaction now
+ * owns the key, IDEM_CLAIM_DUPLICATE for a duplicate (counted and
+ * logged), IDEM_CLAIM_UNDECIDED when the fast path does not apply or the
+ * record must be taken over: the caller then takes the SQL path
+ * (idem_claim_spi_plain).  Errors as idem_claim.
  */
-int
-idem_claim_direct(Oid nsp, text *scope, text *key, TimestampTz now,
-				  TimestampTz expires, bytea *fp, const char *fname)
+IdemClaimOutcome
+idem_claim_fast(Oid nsp, text *scope, text *key, TimestampTz now,
+				TimestampTz expires, bytea *fp, const char *fname)
 {
+	IdemDirect *d = idem_direct_open(nsp, key);
 	IdemRecordState rec;
+	IdemDirectResult result;
 
-	return direct_outcome(idem_direct_claim(nsp, scope, key, now, expires, fp, &rec),
-						  &rec, scope, key, now, fp, fname);
+	if (d == NULL)
+		return IDEM_CLAIM_UNDECIDED;
+	result = idem_direct_insert(d, scope, key, now, expires, fp, &rec);
+	idem_direct_close(d);
+	return fast_outcome(result, &rec, scope, key, now, fp, fname);
 }
 
 /*
- * idem_claim_direct through a fast path d that the caller opened (and
- * closes, also after an error here: the transaction's abort releases it).
+ * idem_claim_fast through a fast path d that the caller opened for many
+ * keys (idem_claim_many) and closes, also after an error here: the
+ * transaction's abort releases it.
  */
-int
-idem_claim_direct_in(IdemDirect *d, text *scope, text *key, TimestampTz now,
-					 TimestampTz expires, bytea *fp, const char *fname)
+IdemClaimOutcome
+idem_claim_fast_through(IdemDirect *d, text *scope, text *key, TimestampTz now,
+						TimestampTz expires, bytea *fp, const char *fname)
 {
 	IdemRecordState rec;
+	IdemDirectResult result;
 
-	return direct_outcome(idem_direct_claim_key(d, scope, key, now, expires, fp, &rec),
-						  &rec, scope, key, now, fp, fname);
+	result = idem_direct_insert(d, scope, key, now, expires, fp, &rec);
+	return fast_outcome(result, &rec, scope, key, now, fp, fname);
 }
+
+/* ------------------------------------------------------------------------
+ * The SQL path: statements through SPI
+ * ------------------------------------------------------------------------
+ */
 
 /*
  * The parameters every IdemClaimPlan statement shares: $1 scope, $2 key,
@@ -348,16 +401,16 @@ idem_claim_spi(const IdemClaimPlan *plan, Oid nsp, text *scope, text *key,
 
 /*
  * Claim one (scope, key) for the current transaction through SPI, with
- * idem_claim's statements: the SPI path of idem_claim, shared with
- * idem_claim_many.  The caller has validated the arguments, checked the
- * transaction is writable and connected to SPI.  now and expires are the
- * call's clock and the new record's expiry; fp is the fingerprint digest
- * or NULL.  Returns true when this transaction now owns the key, false
- * for a duplicate.  Errors as idem_claim_spi.
+ * idem_claim's statements (claim_plan): the SQL path of idem_claim, shared
+ * with idem_claim_many.  The caller has validated the arguments, checked
+ * the transaction is writable and connected to SPI.  now and expires are
+ * the call's clock and the new record's expiry; fp is the fingerprint
+ * digest or NULL.  IDEM_CLAIM_ACQUIRED when this transaction now owns the
+ * key, IDEM_CLAIM_DUPLICATE otherwise.  Errors as idem_claim_spi.
  */
-bool
-idem_claim_one(Oid nsp, text *scope, text *key, TimestampTz now,
-			   TimestampTz expires, bytea *fp, const char *fname)
+IdemClaimOutcome
+idem_claim_spi_plain(Oid nsp, text *scope, text *key, TimestampTz now,
+					 TimestampTz expires, bytea *fp, const char *fname)
 {
 	Datum		values[5];
 	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
@@ -366,97 +419,104 @@ idem_claim_one(Oid nsp, text *scope, text *key, TimestampTz now,
 	idem_claim_params(values, nulls, scope, key, fp, now, expires);
 
 	return idem_claim_spi(&claim_plan, nsp, scope, key, values, nulls, now,
-						  fp, fname, &rec) == IDEM_CLAIM_ACQUIRED;
+						  fp, fname, &rec);
 }
 
-/* The body of both idem_claim variants: the fast path, else SPI. */
+/* ------------------------------------------------------------------------
+ * The decision on an existing record, and its errors and log line
+ * ------------------------------------------------------------------------
+ */
+
+/*
+ * Decide a claim against an existing record: returns true when the record
+ * can be taken over (expired, a retryable failure, or a lease that ran
+ * out), false when the claim is a duplicate (then counted and logged).
+ * Raises ID001 for a live record whose stored fingerprint differs from fp.
+ * A NULL locked_until holds an in_progress record until it expires.
+ */
 static bool
-claim_internal(FunctionCallInfo fcinfo, text *scope, text *key,
-			   int ttl_argno, int fp_argno)
+claim_verdict(IdemRecordState *rec, text *scope, text *key, TimestampTz now,
+			  bytea *fp, const char *fname, const char *verb)
 {
-	const char *fname = "idem_claim";
-	Oid			nsp = idem_extension_schema(fcinfo);
-	TimestampTz now;
-	TimestampTz expires;
-	bytea	   *fp;
-	bool		claimed;
+	bool		live = rec->expires_at > now;
 
-	idem_check_writable(fname);
-	idem_check_autocommit_claim(fcinfo, fname);
+	if (live && fp != NULL && rec->fingerprint != NULL &&
+		!idem_bytea_equal(fp, rec->fingerprint))
+		idem_fingerprint_mismatch(fname, scope, key, rec->created_at);
 
-	now = GetCurrentTimestamp();
-	expires = idem_expiry(fcinfo, ttl_argno, now, fname);
-	fp = idem_fingerprint_digest(fcinfo, fp_argno);
-
-	/* Most claims are decided without SPI. */
-	switch (idem_claim_direct(nsp, scope, key, now, expires, fp, fname))
+	if (live &&
+		strcmp(rec->status, IDEM_STATUS_RETRYABLE) != 0 &&
+		!(strcmp(rec->status, IDEM_STATUS_IN_PROGRESS) == 0 &&
+		  rec->has_lock && rec->locked_until <= now))
 	{
-		case 1:
-			return true;
-		case 0:
-			return false;
+		idem_log_duplicate(verb, scope, key, rec->created_at,
+						   rec->status);
+		idem_stats_count(scope, idem_duplicate_stat(rec->status));
+		return false;
 	}
-
-	idem_spi_connect();
-	claimed = idem_claim_one(nsp, scope, key, now, expires, fp, fname);
-	SPI_finish();
-	return claimed;
+	return true;
 }
 
 /*
- * idem_claim(scope text, key text, ttl interval DEFAULT NULL,
- *            fingerprint text DEFAULT NULL) RETURNS boolean
- *
- * True when the calling transaction now owns (scope, key); false for a
- * duplicate.  Fails with 22004 (NULL scope or key), 22023 (empty key,
- * ttl not positive), 22001 (key or scope too long), 22008 (ttl overflows
- * the timestamp range), 25006 (read-only transaction), ID001 (live key
- * claimed with a different fingerprint), 40001 (REPEATABLE READ or
- * SERIALIZABLE and a conflicting record committed after the snapshot, or
- * a takeover that makes no progress), 42501 (a record row-level security
- * hides or does not let the role update), 55000 (a record of an
- * idem_records whose columns a DBA changed: spi_read.c), 55P03/57014
- * (lock_timeout/statement_timeout while waiting), 25P01 (the claim would
- * commit on its own and idempotency.autocommit_claims is error; a WARNING
- * under warn), 22023 also for a ttl written as a bare number ('7').
+ * With idempotency.log_duplicates, log that a call ("claim", "begin") met
+ * the live record of (scope, key).
  */
-Datum
-idem_claim(PG_FUNCTION_ARGS)
+void
+idem_log_duplicate(const char *verb, text *scope, text *key,
+				   TimestampTz first_claimed, const char *status)
 {
-	text	   *scope = idem_arg_scope(fcinfo, 0, "idem_claim");
-	text	   *key = idem_arg_key(fcinfo, 1, "idem_claim");
-
-	PG_RETURN_BOOL(claim_internal(fcinfo, scope, key, 2, 3));
+	if (!log_duplicates)
+		return;
+	ereport(LOG,
+			(errmsg("idempotency: duplicate %s of key \"%s\" in scope \"%s\", first claimed at %s, status %s",
+					verb, text_to_cstring(key), text_to_cstring(scope),
+					idem_timestamptz_cstring(first_claimed), status),
+			 errhidestmt(true)));
 }
 
 /*
- * idem_claim(key text) RETURNS boolean
- *
- * idem_claim('', key): the default scope, default ttl, no fingerprint.
- * Fails as idem_claim above.
+ * Raise the fingerprint-mismatch error (ID001) for a live record whose
+ * stored digest differs from the one given.
  */
-Datum
-idem_claim_default_scope(PG_FUNCTION_ARGS)
+void
+idem_fingerprint_mismatch(const char *fname, text *scope, text *key,
+						  TimestampTz first_claimed)
 {
-	text	   *key = idem_arg_key(fcinfo, 0, "idem_claim");
-	text	   *scope = cstring_to_text("");
-
-	PG_RETURN_BOOL(claim_internal(fcinfo, scope, key, -1, -1));
+	idem_stats_count(scope, IDEM_STAT_FINGERPRINT_MISMATCH);
+	ereport(ERROR,
+			(errcode(ERRCODE_IDEM_FINGERPRINT_MISMATCH),
+			 errmsg("%s: idempotency key reused with a different request", fname),
+			 errdetail("Key \"%s\" in scope \"%s\" was first claimed at %s with a different fingerprint.",
+					   text_to_cstring(key), text_to_cstring(scope),
+					   idem_timestamptz_cstring(first_claimed)),
+			 errhint("Use a new key for a different request, or send the same request again.")));
 }
 
 /*
- * The F_at twins of this file (sql/idempotency_shard.sql):
- * F_at(shard_key "any", the arguments of F) is F for idem_records
- * distributed by a shard key; shard_key is the record's distribution
- * value.  Each fails as F does, and as idem_shard_call says (22004 NULL
- * shard_key, 55000 records without a shard key, the conversion's error).
+ * A takeover of (scope, key) that made no progress: the UPDATE taking the
+ * record over changed no row IDEM_MAX_TAKEOVER_ROUNDS times in a row,
+ * although a fresh read found it claimable each time.  Row-level security
+ * that lets the role see a record but not update it does that (42501);
+ * otherwise a trigger on idem_records that skips updates, or other
+ * transactions changing the record at every turn (40001, retry).
  */
-
-PG_FUNCTION_INFO_V1(idem_claim_at);
-
-Datum
-idem_claim_at(PG_FUNCTION_ARGS)
+void
+idem_takeover_stuck(Oid nsp, const char *fname, text *scope, text *key)
 {
-	return idem_shard_call(fcinfo, idem_extension_schema(fcinfo), idem_claim,
-						   "idem_claim_at");
+	Oid			relid = get_relname_relid("idem_records", nsp);
+
+	if (OidIsValid(relid) && check_enable_rls(relid, InvalidOid, true) == RLS_ENABLED)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("%s: row-level security does not let the current role take over the record for this key",
+						fname),
+				 errdetail("Key \"%s\" in scope \"%s\" has an expired, retryable or abandoned record that the role may read but not update.",
+						   text_to_cstring(key), text_to_cstring(scope)),
+				 errhint("Check the UPDATE policies on idem_records for this role and scope.")));
+	ereport(ERROR,
+			(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+			 errmsg("%s: could not take over the record for this key", fname),
+			 errdetail("Key \"%s\" in scope \"%s\" was found claimable %d times, but updating it changed no row.",
+					   text_to_cstring(key), text_to_cstring(scope), IDEM_MAX_TAKEOVER_ROUNDS),
+			 errhint("Retry the transaction; if this persists, look for a trigger on idem_records that skips updates.")));
 }

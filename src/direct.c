@@ -92,6 +92,15 @@
  *	  before returning; the existing record's values that are handed back
  *	  are copied into the caller's memory context.
  *
+ *	  Interface: idem_direct_open (NULL: the fast path declines),
+ *	  idem_direct_insert (inserted, or the conflicting record's state),
+ *	  idem_direct_close; claim.c decides what they found.  Calls
+ *	  direct_table.c, citus.c, citus_local.c, spi_read.c (the 55000 of a
+ *	  NULL) and relcache.c (the cached OID subscribes at load,
+ *	  idem_direct_init, which also defines idempotency.direct_claim).
+ *	  Called by claim.c, and for idem_records_citus by batch.c, lease.c
+ *	  and records.c.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -114,6 +123,7 @@
 #include "storage/lmgr.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/fmgroids.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
@@ -124,177 +134,9 @@
 #include "utils/syscache.h"
 
 #include "idempotency.h"
+#include "citus.h"
+#include "claim.h"
 #include "spi_read.h"
-
-static bool records_is_citus(Relation rel);
-static IdemDirect *direct_open_rel(Oid nsp, Relation rel);
-static IdemDirect *direct_open_key(Oid nsp, text *key);
-
-/*
- * May the fast path write to rel?  Only when a plain INSERT by the current
- * role would do exactly what it does: see the header comment.
- */
-static bool
-direct_usable(Relation rel)
-{
-	return idem_records_shape_ok(rel) && !records_is_citus(rel) &&
-		check_enable_rls(RelationGetRelid(rel), InvalidOid, true) == RLS_NONE;
-}
-
-/*
- * Copy the parts of the conflicting record that the claim decision needs
- * out of slot (which holds the tuple at *tid) into *rec, in the caller's
- * memory context.  The column types are the install script's (the open
- * checked them: idem_records_shape_ok); a NULL in a column it makes NOT
- * NULL fails with 55000, as the SPI path's read does (spi_read.c).
- */
-static void
-read_record(TupleTableSlot *slot, IdemRecordState *rec, MemoryContext into)
-{
-	MemoryContext old;
-	bool		isnull;
-	Datum		d;
-
-	old = MemoryContextSwitchTo(into);
-
-	d = slot_getattr(slot, IDEM_COL_STATUS, &isnull);
-	if (isnull)
-		idem_records_column_null("status");
-	rec->status = TextDatumGetCString(d);
-
-	d = slot_getattr(slot, IDEM_COL_FINGERPRINT, &isnull);
-	rec->fingerprint = isnull ? NULL : DatumGetByteaPCopy(d);
-
-	d = slot_getattr(slot, IDEM_COL_CREATED_AT, &isnull);
-	if (isnull)
-		idem_records_column_null("created_at");
-	rec->created_at = DatumGetTimestampTz(d);
-
-	d = slot_getattr(slot, IDEM_COL_EXPIRES_AT, &isnull);
-	if (isnull)
-		idem_records_column_null("expires_at");
-	rec->expires_at = DatumGetTimestampTz(d);
-
-	d = slot_getattr(slot, IDEM_COL_LOCKED_UNTIL, &isnull);
-	rec->has_lock = !isnull;
-	rec->locked_until = isnull ? 0 : DatumGetTimestampTz(d);
-
-	MemoryContextSwitchTo(old);
-}
-
-/*
- * The OID of idem_records in records_nsp, or InvalidOid: looked up by name
- * once, forgotten by the relcache callback below when that relation (or
- * the whole relcache) is invalidated.
- */
-static Oid	records_nsp = InvalidOid;
-static Oid	records_relid = InvalidOid;
-static bool records_callback = false;
-
-/*
- * Whether Citus manages records_relid (records_citus), valid while
- * records_citus_known: forgotten with the OID.
- */
-static bool records_citus_known = false;
-static bool records_citus = false;
-
-static void
-forget_records_relid(Oid relid)
-{
-	if (!OidIsValid(relid) || relid == records_relid)
-	{
-		records_relid = InvalidOid;
-		records_citus_known = false;
-	}
-}
-
-/*
- * Does Citus manage rel, the idem_records that open_records() opened?
- * Found once per relcache invalidation of it and kept with its OID.  An
- * invalidation that arrived while opening it, or arrives during the
- * look-up (catalog locks accept invalidations), has forgotten the OID:
- * the answer, from a catalog snapshot taken after it, then serves this
- * call only.
- */
-static bool
-records_is_citus(Relation rel)
-{
-	bool		citus;
-
-	if (records_citus_known && RelationGetRelid(rel) == records_relid)
-		return records_citus;
-	citus = idem_citus_table(RelationGetRelid(rel));
-	if (RelationGetRelid(rel) == records_relid)
-	{
-		records_citus = citus;
-		records_citus_known = true;
-	}
-	return citus;
-}
-
-/*
- * Open idem_records of schema nsp with RowExclusiveLock, or return NULL
- * when there is none (the caller then declines; SPI reports the error).
- */
-static Relation
-open_records(Oid nsp)
-{
-	Relation	rel;
-
-	if (!records_callback)
-	{
-		idem_relcache_subscribe(forget_records_relid);
-		records_callback = true;
-	}
-	if (records_nsp != nsp || !OidIsValid(records_relid))
-	{
-		records_relid = get_relname_relid("idem_records", nsp);
-		records_nsp = nsp;
-		if (!OidIsValid(records_relid))
-			return NULL;
-	}
-
-	/* Dropped (or its OID reused) since the look-up: look again next time. */
-	rel = try_relation_open(records_relid, RowExclusiveLock);
-	if (rel != NULL &&
-		(RelationGetNamespace(rel) != nsp ||
-		 strcmp(RelationGetRelationName(rel), "idem_records") != 0))
-	{
-		relation_close(rel, RowExclusiveLock);
-		rel = NULL;
-	}
-	if (rel == NULL)
-		records_relid = InvalidOid;
-	return rel;
-}
-
-/*
- * The columns a claim writes or reads, as the executor's permission check
- * takes them (offset by FirstLowInvalidHeapAttributeNumber); built once,
- * in TopMemoryContext.
- */
-static Bitmapset *
-record_access_cols(void)
-{
-	static const AttrNumber cols[] = {
-		IDEM_COL_SCOPE, IDEM_COL_KEY, IDEM_COL_STATUS, IDEM_COL_FINGERPRINT, IDEM_COL_CREATED_AT,
-		IDEM_COL_UPDATED_AT, IDEM_COL_EXPIRES_AT, IDEM_COL_LOCKED_UNTIL, IDEM_COL_ATTEMPTS
-	};
-	static Bitmapset *b = NULL;
-
-	if (b == NULL)
-	{
-		MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
-		Bitmapset  *made = NULL;
-		int			i;
-
-		for (i = 0; i < (int) lengthof(cols); i++)
-			made = bms_add_member(made, cols[i] - FirstLowInvalidHeapAttributeNumber);
-		MemoryContextSwitchTo(old);
-		b = made;
-	}
-	return b;
-}
 
 /* An open fast path: idem_records, its indexes and an executor state. */
 struct IdemDirect
@@ -309,14 +151,60 @@ struct IdemDirect
 	List	   *arbiters;		/* the primary key */
 };
 
-/* idem_records open for the fast path, or NULL when it is off. */
-static Relation
-direct_records(Oid nsp)
+/* idempotency.direct_claim: may claims take the fast path at all? */
+static bool direct_claim = true;
+
+/*
+ * The OID of idem_records in records_nsp, or InvalidOid: looked up by name
+ * once, forgotten by the relcache callback below when that relation (or
+ * the whole relcache) is invalidated.
+ */
+static Oid	records_nsp = InvalidOid;
+static Oid	records_relid = InvalidOid;
+
+/*
+ * Whether Citus manages records_relid (records_citus), valid while
+ * records_citus_known: forgotten with the OID.
+ */
+static bool records_citus_known = false;
+static bool records_citus = false;
+
+static bool direct_usable(Relation rel);
+static Relation direct_records(Oid nsp);
+static IdemDirect *direct_open_rel(Oid nsp, Relation rel);
+static void store_claim(IdemDirect *d, text *scope, text *key, TimestampTz now,
+						TimestampTz expires, bytea *fp, bool *nulls);
+static void read_record(TupleTableSlot *slot, IdemRecordState *rec,
+						MemoryContext into);
+static void forget_records_relid(Oid relid);
+static bool records_is_citus(Relation rel);
+static Relation open_records(Oid nsp);
+static Bitmapset *record_access_cols(void);
+
+/*
+ * Define idempotency.direct_claim, and subscribe the cached OID of
+ * idem_records to relcache invalidations (module.c's _PG_init).
+ */
+void
+idem_direct_init(void)
 {
-	if (!idem_direct_claim_enabled || IsolationUsesXactSnapshot())
-		return NULL;
-	return open_records(nsp);
+	DefineCustomBoolVariable("idempotency.direct_claim",
+							 "Lets idem_claim insert and read records without SPI where it can.",
+							 "Off: every claim runs its statements through SPI (for diagnosis; slower, same results).",
+							 &direct_claim,
+							 true,
+							 PGC_USERSET,
+							 0,
+							 NULL,
+							 NULL,
+							 NULL);
+	idem_relcache_subscribe(forget_records_relid);
 }
+
+/* ------------------------------------------------------------------------
+ * The fast path: open, insert or find, close
+ * ------------------------------------------------------------------------
+ */
 
 /*
  * Open the fast path for claims in the extension's schema nsp: NULL when
@@ -324,21 +212,14 @@ direct_records(Oid nsp)
  * Otherwise idem_records stays locked (RowExclusiveLock) to the end of the
  * transaction, as by an INSERT, and the caller must idem_direct_close()
  * the result.  Allocates in the current memory context.
+ *
+ * With key not NULL (a claim of one key), for an idem_records that Citus
+ * distributes by key, on the node that holds the key's shard: the fast
+ * path then writes into the shard relation (citus_local.c).  idem_records
+ * is opened once either way.
  */
 IdemDirect *
-idem_direct_open(Oid nsp)
-{
-	return direct_open_key(nsp, NULL);
-}
-
-/*
- * idem_direct_open, and for one key (key not NULL) of an idem_records
- * that Citus distributes by key, on the node that holds the key's shard:
- * the fast path then writes into the shard relation (citus_local.c).
- * idem_records is opened once either way.
- */
-static IdemDirect *
-direct_open_key(Oid nsp, text *key)
+idem_direct_open(Oid nsp, text *key)
 {
 	Relation	rel = direct_records(nsp);
 	Relation	shard;
@@ -362,62 +243,6 @@ direct_open_key(Oid nsp, text *key)
 }
 
 /*
- * The rest of idem_direct_open, on rel (idem_records or its local shard,
- * open with RowExclusiveLock, usable): NULL when the executor's
- * permission check or the primary key says no.
- */
-static IdemDirect *
-direct_open_rel(Oid nsp, Relation rel)
-{
-	RangeTblEntry *rte;
-	IdemDirect *d;
-
-	d = (IdemDirect *) palloc(sizeof(IdemDirect));
-	d->nsp = nsp;
-	d->rel = rel;
-	d->estate = CreateExecutorState();
-	rte = makeNode(RangeTblEntry);
-	rte->rtekind = RTE_RELATION;
-	rte->relid = RelationGetRelid(rel);
-	rte->relkind = rel->rd_rel->relkind;
-	rte->rellockmode = RowExclusiveLock;
-	if (!idem_exec_init_range_table(d->estate, rte, ACL_INSERT | ACL_SELECT,
-									record_access_cols()))
-	{
-		FreeExecutorState(d->estate);
-		table_close(rel, NoLock);
-		pfree(d);
-		return NULL;
-	}
-
-	d->claimed = CStringGetTextDatum(IDEM_STATUS_CLAIMED);
-	d->rri = makeNode(ResultRelInfo);
-	InitResultRelInfo(d->rri, rel, 1, NULL, 0);
-	ExecOpenIndices(d->rri, true);
-	d->slot = table_slot_create(rel, &d->estate->es_tupleTable);
-	d->existing = table_slot_create(rel, &d->estate->es_tupleTable);
-
-	if (!idem_records_pk_is_scope_key(d->rri))
-	{
-		idem_direct_close(d);
-		return NULL;
-	}
-	d->arbiters = list_make1_oid(IDEM_PRIMARY_KEY_INDEX(rel));
-	return d;
-}
-
-/* Release what idem_direct_open took, but the table's lock. */
-void
-idem_direct_close(IdemDirect *d)
-{
-	ExecCloseIndices(d->rri);
-	ExecResetTupleTable(d->estate->es_tupleTable, false);
-	FreeExecutorState(d->estate);
-	table_close(d->rel, NoLock);
-	pfree(d);
-}
-
-/*
  * Insert a 'claimed' record for (scope, key) through the open fast path d,
  * or find the record that is there.  now, expires and fp (NULL: none) are
  * the new record's created_at/updated_at, expires_at and fingerprint.
@@ -432,41 +257,18 @@ idem_direct_close(IdemDirect *d)
  * checked that the transaction is not read-only (25006).
  */
 IdemDirectResult
-idem_direct_claim_key(IdemDirect *d, text *scope, text *key, TimestampTz now,
-					  TimestampTz expires, bytea *fp, IdemRecordState *rec)
+idem_direct_insert(IdemDirect *d, text *scope, text *key, TimestampTz now,
+				   TimestampTz expires, bytea *fp, IdemRecordState *rec)
 {
 	MemoryContext caller = CurrentMemoryContext;
 	EState	   *estate = d->estate;
 	TupleTableSlot *slot = d->slot;
-	Datum		values[IDEM_NCOLUMNS];
 	bool		nulls[IDEM_NCOLUMNS];
 	IdemDirectResult result;
 	bool		checked = false;
 
 	ResetPerTupleExprContext(estate);
-
-	memset(nulls, true, sizeof(nulls));
-	values[IDEM_COL_SCOPE - 1] = PointerGetDatum(scope);
-	values[IDEM_COL_KEY - 1] = PointerGetDatum(key);
-	values[IDEM_COL_STATUS - 1] = d->claimed;
-	values[IDEM_COL_FINGERPRINT - 1] = PointerGetDatum(fp);
-	values[IDEM_COL_CREATED_AT - 1] = TimestampTzGetDatum(now);
-	values[IDEM_COL_UPDATED_AT - 1] = TimestampTzGetDatum(now);
-	values[IDEM_COL_EXPIRES_AT - 1] = TimestampTzGetDatum(expires);
-	values[IDEM_COL_ATTEMPTS - 1] = Int32GetDatum(0);
-	nulls[IDEM_COL_SCOPE - 1] = false;
-	nulls[IDEM_COL_KEY - 1] = false;
-	nulls[IDEM_COL_STATUS - 1] = false;
-	nulls[IDEM_COL_FINGERPRINT - 1] = (fp == NULL);
-	nulls[IDEM_COL_CREATED_AT - 1] = false;
-	nulls[IDEM_COL_UPDATED_AT - 1] = false;
-	nulls[IDEM_COL_EXPIRES_AT - 1] = false;
-	nulls[IDEM_COL_ATTEMPTS - 1] = false;
-
-	ExecClearTuple(slot);
-	memcpy(slot->tts_values, values, sizeof(values));
-	memcpy(slot->tts_isnull, nulls, sizeof(nulls));
-	ExecStoreVirtualTuple(slot);
+	store_claim(d, scope, key, now, expires, fp, nulls);
 
 	for (;;)
 	{
@@ -535,22 +337,15 @@ idem_direct_claim_key(IdemDirect *d, text *scope, text *key, TimestampTz now,
 	return result;
 }
 
-/*
- * idem_direct_open, idem_direct_claim_key and idem_direct_close for one
- * key: IDEM_DIRECT_DECLINED when the fast path does not apply.
- */
-IdemDirectResult
-idem_direct_claim(Oid nsp, text *scope, text *key, TimestampTz now,
-				  TimestampTz expires, bytea *fp, IdemRecordState *rec)
+/* Release what idem_direct_open took, but the table's lock. */
+void
+idem_direct_close(IdemDirect *d)
 {
-	IdemDirect *d = direct_open_key(nsp, key);
-	IdemDirectResult result;
-
-	if (d == NULL)
-		return IDEM_DIRECT_DECLINED;
-	result = idem_direct_claim_key(d, scope, key, now, expires, fp, rec);
-	idem_direct_close(d);
-	return result;
+	ExecCloseIndices(d->rri);
+	ExecResetTupleTable(d->estate->es_tupleTable, false);
+	FreeExecutorState(d->estate);
+	table_close(d->rel, NoLock);
+	pfree(d);
 }
 
 /*
@@ -570,4 +365,241 @@ idem_records_citus(Oid nsp)
 	citus = records_is_citus(rel);
 	table_close(rel, NoLock);
 	return citus;
+}
+
+/* ------------------------------------------------------------------------
+ * Helpers
+ * ------------------------------------------------------------------------
+ */
+/* idem_records open for the fast path, or NULL when it is off. */
+static Relation
+direct_records(Oid nsp)
+{
+	if (!direct_claim || IsolationUsesXactSnapshot())
+		return NULL;
+	return open_records(nsp);
+}
+/*
+ * May the fast path write to rel?  Only when a plain INSERT by the current
+ * role would do exactly what it does: see the header comment.
+ */
+static bool
+direct_usable(Relation rel)
+{
+	return idem_records_shape_ok(rel) && !records_is_citus(rel) &&
+		check_enable_rls(RelationGetRelid(rel), InvalidOid, true) == RLS_NONE;
+}
+
+/*
+ * The rest of idem_direct_open, on rel (idem_records or its local shard,
+ * open with RowExclusiveLock, usable): NULL when the executor's
+ * permission check or the primary key says no.
+ */
+static IdemDirect *
+direct_open_rel(Oid nsp, Relation rel)
+{
+	RangeTblEntry *rte;
+	IdemDirect *d;
+
+	d = (IdemDirect *) palloc(sizeof(IdemDirect));
+	d->nsp = nsp;
+	d->rel = rel;
+	d->estate = CreateExecutorState();
+	rte = makeNode(RangeTblEntry);
+	rte->rtekind = RTE_RELATION;
+	rte->relid = RelationGetRelid(rel);
+	rte->relkind = rel->rd_rel->relkind;
+	rte->rellockmode = RowExclusiveLock;
+	if (!idem_exec_init_range_table(d->estate, rte, ACL_INSERT | ACL_SELECT,
+									record_access_cols()))
+	{
+		FreeExecutorState(d->estate);
+		table_close(rel, NoLock);
+		pfree(d);
+		return NULL;
+	}
+
+	d->claimed = CStringGetTextDatum(IDEM_STATUS_CLAIMED);
+	d->rri = makeNode(ResultRelInfo);
+	InitResultRelInfo(d->rri, rel, 1, NULL, 0);
+	ExecOpenIndices(d->rri, true);
+	d->slot = table_slot_create(rel, &d->estate->es_tupleTable);
+	d->existing = table_slot_create(rel, &d->estate->es_tupleTable);
+
+	if (!idem_records_pk_is_scope_key(d->rri))
+	{
+		idem_direct_close(d);
+		return NULL;
+	}
+	d->arbiters = list_make1_oid(IDEM_PRIMARY_KEY_INDEX(rel));
+	return d;
+}
+
+/*
+ * Store the 'claimed' record of (scope, key) in d->slot, as a virtual
+ * tuple; nulls (IDEM_NCOLUMNS) says which columns are NULL, for
+ * idem_records_constraints_hold.
+ */
+static void
+store_claim(IdemDirect *d, text *scope, text *key, TimestampTz now,
+			TimestampTz expires, bytea *fp, bool *nulls)
+{
+	TupleTableSlot *slot = d->slot;
+	Datum		values[IDEM_NCOLUMNS];
+
+	memset(nulls, true, sizeof(bool) * IDEM_NCOLUMNS);
+	values[IDEM_COL_SCOPE - 1] = PointerGetDatum(scope);
+	values[IDEM_COL_KEY - 1] = PointerGetDatum(key);
+	values[IDEM_COL_STATUS - 1] = d->claimed;
+	values[IDEM_COL_FINGERPRINT - 1] = PointerGetDatum(fp);
+	values[IDEM_COL_CREATED_AT - 1] = TimestampTzGetDatum(now);
+	values[IDEM_COL_UPDATED_AT - 1] = TimestampTzGetDatum(now);
+	values[IDEM_COL_EXPIRES_AT - 1] = TimestampTzGetDatum(expires);
+	values[IDEM_COL_ATTEMPTS - 1] = Int32GetDatum(0);
+	nulls[IDEM_COL_SCOPE - 1] = false;
+	nulls[IDEM_COL_KEY - 1] = false;
+	nulls[IDEM_COL_STATUS - 1] = false;
+	nulls[IDEM_COL_FINGERPRINT - 1] = (fp == NULL);
+	nulls[IDEM_COL_CREATED_AT - 1] = false;
+	nulls[IDEM_COL_UPDATED_AT - 1] = false;
+	nulls[IDEM_COL_EXPIRES_AT - 1] = false;
+	nulls[IDEM_COL_ATTEMPTS - 1] = false;
+
+	ExecClearTuple(slot);
+	memcpy(slot->tts_values, values, sizeof(values));
+	memcpy(slot->tts_isnull, nulls, sizeof(bool) * IDEM_NCOLUMNS);
+	ExecStoreVirtualTuple(slot);
+}
+
+/*
+ * Copy the parts of the conflicting record that the claim decision needs
+ * out of slot (which holds the tuple at *tid) into *rec, in the caller's
+ * memory context.  The column types are the install script's (the open
+ * checked them: idem_records_shape_ok); a NULL in a column it makes NOT
+ * NULL fails with 55000, as the SPI path's read does (spi_read.c).
+ */
+static void
+read_record(TupleTableSlot *slot, IdemRecordState *rec, MemoryContext into)
+{
+	MemoryContext old;
+	bool		isnull;
+	Datum		d;
+
+	old = MemoryContextSwitchTo(into);
+
+	d = slot_getattr(slot, IDEM_COL_STATUS, &isnull);
+	if (isnull)
+		idem_records_column_null("status");
+	rec->status = TextDatumGetCString(d);
+
+	d = slot_getattr(slot, IDEM_COL_FINGERPRINT, &isnull);
+	rec->fingerprint = isnull ? NULL : DatumGetByteaPCopy(d);
+
+	d = slot_getattr(slot, IDEM_COL_CREATED_AT, &isnull);
+	if (isnull)
+		idem_records_column_null("created_at");
+	rec->created_at = DatumGetTimestampTz(d);
+
+	d = slot_getattr(slot, IDEM_COL_EXPIRES_AT, &isnull);
+	if (isnull)
+		idem_records_column_null("expires_at");
+	rec->expires_at = DatumGetTimestampTz(d);
+
+	d = slot_getattr(slot, IDEM_COL_LOCKED_UNTIL, &isnull);
+	rec->has_lock = !isnull;
+	rec->locked_until = isnull ? 0 : DatumGetTimestampTz(d);
+
+	MemoryContextSwitchTo(old);
+}
+static void
+forget_records_relid(Oid relid)
+{
+	if (!OidIsValid(relid) || relid == records_relid)
+	{
+		records_relid = InvalidOid;
+		records_citus_known = false;
+	}
+}
+
+/*
+ * Does Citus manage rel, the idem_records that open_records() opened?
+ * Found once per relcache invalidation of it and kept with its OID.  An
+ * invalidation that arrived while opening it, or arrives during the
+ * look-up (catalog locks accept invalidations), has forgotten the OID:
+ * the answer, from a catalog snapshot taken after it, then serves this
+ * call only.
+ */
+static bool
+records_is_citus(Relation rel)
+{
+	bool		citus;
+
+	if (records_citus_known && RelationGetRelid(rel) == records_relid)
+		return records_citus;
+	citus = idem_citus_table(RelationGetRelid(rel));
+	if (RelationGetRelid(rel) == records_relid)
+	{
+		records_citus = citus;
+		records_citus_known = true;
+	}
+	return citus;
+}
+
+/*
+ * Open idem_records of schema nsp with RowExclusiveLock, or return NULL
+ * when there is none (the caller then declines; SPI reports the error).
+ */
+static Relation
+open_records(Oid nsp)
+{
+	Relation	rel;
+
+	if (records_nsp != nsp || !OidIsValid(records_relid))
+	{
+		records_relid = get_relname_relid("idem_records", nsp);
+		records_nsp = nsp;
+		if (!OidIsValid(records_relid))
+			return NULL;
+	}
+
+	/* Dropped (or its OID reused) since the look-up: look again next time. */
+	rel = try_relation_open(records_relid, RowExclusiveLock);
+	if (rel != NULL &&
+		(RelationGetNamespace(rel) != nsp ||
+		 strcmp(RelationGetRelationName(rel), "idem_records") != 0))
+	{
+		relation_close(rel, RowExclusiveLock);
+		rel = NULL;
+	}
+	if (rel == NULL)
+		records_relid = InvalidOid;
+	return rel;
+}
+
+/*
+ * The columns a claim writes or reads, as the executor's permission check
+ * takes them (offset by FirstLowInvalidHeapAttributeNumber); built once,
+ * in TopMemoryContext.
+ */
+static Bitmapset *
+record_access_cols(void)
+{
+	static const AttrNumber cols[] = {
+		IDEM_COL_SCOPE, IDEM_COL_KEY, IDEM_COL_STATUS, IDEM_COL_FINGERPRINT, IDEM_COL_CREATED_AT,
+		IDEM_COL_UPDATED_AT, IDEM_COL_EXPIRES_AT, IDEM_COL_LOCKED_UNTIL, IDEM_COL_ATTEMPTS
+	};
+	static Bitmapset *b = NULL;
+
+	if (b == NULL)
+	{
+		MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+		Bitmapset  *made = NULL;
+		int			i;
+
+		for (i = 0; i < (int) lengthof(cols); i++)
+			made = bms_add_member(made, cols[i] - FirstLowInvalidHeapAttributeNumber);
+		MemoryContextSwitchTo(old);
+		b = made;
+	}
+	return b;
 }

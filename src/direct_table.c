@@ -32,6 +32,7 @@
 #include "utils/syscache.h"
 
 #include "idempotency.h"
+#include "claim.h"
 
 /* The columns of idem_records, in order, as the install script makes them. */
 static const struct

@@ -12,8 +12,10 @@
  *	  Calls: machine.c and machine_cache.c (idem_check_machine_name,
  *	  idem_machine_get), citus.c (is the firing relation a Citus shard: then
  *	  the entry names the distributed table, in messages and history, and
- *	  keeps the shard's hash range for the history); called by
- *	  guard_trigger.c and guard.c.
+ *	  keeps the shard's hash range for the history), guard_error.c (the
+ *	  errors of a build), query.c, relcache.c (the cache subscribes at
+ *	  load, idem_guard_cache_init); called by guard_trigger.c, guard.c and
+ *	  guard_install.c.
  *
  *	  Cache: trigger OID -> GuardEntry *, in a dynahash in
  *	  CacheMemoryContext, found through fn_extra without a hash lookup.  A
@@ -37,7 +39,8 @@
  *	  Errors met while building an entry (a guarded column renamed,
  *	  dropped or retyped since idem_guard) are raised inside the user's
  *	  statement, so their messages begin with what the user did
- *	  ("guarded update of public.orders"), not with idem_guard.
+ *	  ("guarded update of public.orders", idem_guard_doing in
+ *	  guard_error.c), not with idem_guard.
  *
  *	  Locking: none of its own; an entry is built while the trigger's
  *	  statement holds its lock on the table, so the descriptor it reads
@@ -84,6 +87,9 @@
 #include "utils/xid8.h"
 
 #include "idempotency.h"
+#include "citus.h"
+#include "guard.h"
+#include "machine.h"
 
 /* The hash entry: the trigger's OID and its entry, allocated apart. */
 typedef struct GuardSlot
@@ -104,7 +110,6 @@ typedef struct GuardCallCache
 	uint64		sweeps;
 	GuardEntry *entry;
 } GuardCallCache;
-static bool guard_callback_registered = false;
 
 /* ------------------------------------------------------------------------
  * The trigger cache
@@ -132,6 +137,13 @@ guard_cache_callback(Oid relid)
 			guard_cache_dirty = true;
 		}
 	}
+}
+
+/* Subscribe the cache to relcache invalidations (module.c's _PG_init). */
+void
+idem_guard_cache_init(void)
+{
+	idem_relcache_subscribe(guard_cache_callback);
 }
 
 /* Free an entry that nobody uses: its plan, and its context (itself). */
@@ -209,17 +221,6 @@ column_of(TupleDesc desc, const char *name)
 			return i + 1;
 	}
 	return InvalidAttrNumber;
-}
-
-/* 39P01: the firing trigger is not one idem_guard made. */
-void
-idem_not_a_guard(Trigger *tg)
-{
-	ereport(ERROR,
-			(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
-			 errmsg("idem_guard_trigger: trigger \"%s\" was not created by idem_guard()",
-					tg->tgname),
-			 errhint("Install guards with idem_guard(); a guard made before 0.5.0 is renewed by ALTER EXTENSION idempotency UPDATE or by calling idem_guard() again.")));
 }
 
 /* The version column of an entry: integer or bigint (42804). */
@@ -460,38 +461,23 @@ guard_column(TriggerData *td, GuardEntry *e, Bitmapset *deps, int argno,
 	return att;
 }
 
-/* The cache entry of the firing trigger, built on first use. */
+/*
+ * The valid cache entry of trigger tgoid, or NULL (creating the cache, and
+ * sweeping it after invalidations, first).  An entry whose build failed
+ * is retired.
+ */
 static GuardEntry *
-guard_entry(FunctionCallInfo fcinfo, TriggerData *td)
+guard_cache_lookup(Oid tgoid)
 {
-	Trigger    *tg = td->tg_trigger;
-	Relation	rel = td->tg_relation;
-	TupleDesc	desc = RelationGetDescr(rel);
 	GuardSlot  *slot;
-	GuardEntry *e;
-	Form_pg_attribute attr;
-	MemoryContext old;
-	MemoryContext cxt;
-	bool		found;
-	char	   *nspname;
-	char	   *table;
-	Oid			logical = InvalidOid;
-	char	   *shard_min = NULL;
-	GuardRole	role;
-	Bitmapset  *deps = NULL;
 
 	if (guard_cache != NULL && !guard_cache_dirty)
 	{
-		slot = (GuardSlot *) hash_search(guard_cache, &tg->tgoid, HASH_FIND, NULL);
+		slot = (GuardSlot *) hash_search(guard_cache, &tgoid, HASH_FIND, NULL);
 		if (slot != NULL && slot->entry->valid)
 			return slot->entry;
 	}
 
-	if (!guard_callback_registered)
-	{
-		idem_relcache_subscribe(guard_cache_callback);
-		guard_callback_registered = true;
-	}
 	if (guard_cache == NULL)
 	{
 		HASHCTL		ctl;
@@ -506,20 +492,25 @@ guard_entry(FunctionCallInfo fcinfo, TriggerData *td)
 	if (guard_cache_dirty)
 		guard_cache_sweep();
 
-	slot = (GuardSlot *) hash_search(guard_cache, &tg->tgoid, HASH_FIND, NULL);
+	slot = (GuardSlot *) hash_search(guard_cache, &tgoid, HASH_FIND, NULL);
 	if (slot != NULL && slot->entry->valid)
 		return slot->entry;
 	if (slot != NULL)
 		guard_entry_retire(slot);	/* a build that failed */
+	return NULL;
+}
 
-	/* Only a trigger shaped as idem_guard makes it (39P01). */
-	if (!idem_guard_trigger_is_real(tg->tgtype, tg->tgnattr, tg->tgqual,
-									tg->tgnargs, tg->tgargs,
-									idem_guard_allows_oid(idem_extension_schema(fcinfo)),
-									&role))
-		idem_not_a_guard(tg);
-	if (role != GUARD_CHILDREN)
-		deps = trigger_columns(tg->tgoid, RelationGetRelid(rel));
+/*
+ * A new, not yet valid entry for trigger tg of rel (role role), in the
+ * cache, in a memory context of its own.
+ */
+static GuardEntry *
+guard_entry_new(Trigger *tg, Relation rel, GuardRole role)
+{
+	MemoryContext cxt;
+	GuardEntry *e;
+	GuardSlot  *slot;
+	bool		found;
 
 	cxt = AllocSetContextCreate(CacheMemoryContext, "idempotency guard",
 								ALLOCSET_SMALL_SIZES);
@@ -532,20 +523,26 @@ guard_entry(FunctionCallInfo fcinfo, TriggerData *td)
 	e->stale = false;
 	e->relid = RelationGetRelid(rel);
 	e->role = role;
+	return e;
+}
 
-	/* On a Citus shard, messages and history name the distributed table. */
-	e->on_shard = idem_citus_shard_rel(rel, &logical, NULL, &shard_min);
-	if (e->on_shard)
-		table = quote_qualified_identifier(get_namespace_name(get_rel_namespace(logical)),
-										   get_rel_name(logical));
-	else
-	{
-		nspname = get_namespace_name(RelationGetNamespace(rel));
-		table = quote_qualified_identifier(nspname, RelationGetRelationName(rel));
-	}
+/*
+ * The status column of entry e (the first trigger argument names it,
+ * deps says which columns the trigger depends on), its machine's name,
+ * and the names of messages and history, on table (quoted, qualified).
+ * 42804 when the column is no longer text or varchar.
+ */
+static void
+guard_entry_status(GuardEntry *e, TriggerData *td, Bitmapset *deps,
+				   const char *table, const char *shard_min)
+{
+	Trigger    *tg = td->tg_trigger;
+	Form_pg_attribute attr;
+	MemoryContext old;
+	Oid			base;
 
 	e->status_att = guard_column(td, e, deps, 1, "status", table);
-	attr = TupleDescAttr(desc, e->status_att - 1);
+	attr = TupleDescAttr(RelationGetDescr(td->tg_relation), e->status_att - 1);
 	e->machine_len = strlen(tg->tgargs[0]);
 	idem_check_machine_name(tg->tgargs[0], e->machine_len,
 							idem_guard_doing(td, table));
@@ -558,17 +555,54 @@ guard_entry(FunctionCallInfo fcinfo, TriggerData *td)
 	e->history_table = tg->tgnargs > IDEM_GUARD_NARGS ? pstrdup(tg->tgargs[4]) : NULL;
 	MemoryContextSwitchTo(old);
 
-	{
-		Oid			base = getBaseType(attr->atttypid);
+	base = getBaseType(attr->atttypid);
+	if (base != TEXTOID && base != VARCHAROID)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATATYPE_MISMATCH),
+				 errmsg("%s: status column \"%s\" of table %s must be of type text or varchar",
+						idem_guard_doing(td, table), e->status_name, e->table_name),
+				 errdetail("The column is of type %s.", format_type_be(attr->atttypid)),
+				 errhint("Install the guard again with idem_guard() after fixing the column.")));
+}
 
-		if (base != TEXTOID && base != VARCHAROID)
-			ereport(ERROR,
-					(errcode(ERRCODE_DATATYPE_MISMATCH),
-					 errmsg("%s: status column \"%s\" of table %s must be of type text or varchar",
-							idem_guard_doing(td, table), e->status_name, e->table_name),
-					 errdetail("The column is of type %s.", format_type_be(attr->atttypid)),
-					 errhint("Install the guard again with idem_guard() after fixing the column.")));
-	}
+/* The cache entry of the firing trigger, built on first use. */
+static GuardEntry *
+guard_entry(FunctionCallInfo fcinfo, TriggerData *td)
+{
+	Trigger    *tg = td->tg_trigger;
+	Relation	rel = td->tg_relation;
+	GuardEntry *e;
+	char	   *table;
+	Oid			logical = InvalidOid;
+	char	   *shard_min = NULL;
+	GuardRole	role;
+	Bitmapset  *deps = NULL;
+
+	e = guard_cache_lookup(tg->tgoid);
+	if (e != NULL)
+		return e;
+
+	/* Only a trigger shaped as idem_guard makes it (39P01). */
+	if (!idem_guard_trigger_is_real(tg->tgtype, tg->tgnattr, tg->tgqual,
+									tg->tgnargs, tg->tgargs,
+									idem_guard_allows_oid(idem_extension_schema(fcinfo)),
+									&role))
+		idem_not_a_guard(tg);
+	if (role != GUARD_CHILDREN)
+		deps = trigger_columns(tg->tgoid, RelationGetRelid(rel));
+
+	e = guard_entry_new(tg, rel, role);
+
+	/* On a Citus shard, messages and history name the distributed table. */
+	e->on_shard = idem_citus_shard_rel(rel, &logical, NULL, &shard_min);
+	if (e->on_shard)
+		table = quote_qualified_identifier(get_namespace_name(get_rel_namespace(logical)),
+										   get_rel_name(logical));
+	else
+		table = quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
+										   RelationGetRelationName(rel));
+
+	guard_entry_status(e, td, deps, table, shard_min);
 
 	/* The version column: of the version trigger, and checked by the check. */
 	if (tg->tgargs[2][0] != '\0' &&
@@ -578,19 +612,6 @@ guard_entry(FunctionCallInfo fcinfo, TriggerData *td)
 	/* Valid unless an invalidation arrived during the build. */
 	e->valid = !e->stale;
 	return e;
-}
-
-/*
- * The prefix of an error raised inside the user's statement on table (a
- * quoted, qualified name): what the user did, "guarded update of t" or
- * "guarded insert into t".
- */
-char *
-idem_guard_doing(TriggerData *td, const char *table)
-{
-	return psprintf("guarded %s %s",
-					TRIGGER_FIRED_BY_INSERT(td->tg_event) ? "insert into" : "update of",
-					table);
 }
 
 /*

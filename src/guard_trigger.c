@@ -1,13 +1,17 @@
 /*-------------------------------------------------------------------------
  *
  * guard_trigger.c
- *	  The run time of a table guard: idem_guard_trigger, the C trigger
- *	  that guard.c installs, firing inside the user's own INSERT or UPDATE
- *	  of a guarded table.
+ *	  The run time of a table guard, inside the user's own INSERT or
+ *	  UPDATE of a guarded table: idem_guard_allows, the function of the
+ *	  WHEN condition of the triggers guard_install.c creates (a legal row
+ *	  costs this one call), and idem_guard_trigger, the C trigger that
+ *	  fires when the WHEN condition said no.  Both apply the one rule of
+ *	  a guard, idem_guard_verdict (machine.c).
  *
  *	  Roles (the fourth trigger argument): "check", an AFTER trigger that
- *	  fires only when the WHEN condition (idem_guard_allows, transition.c)
- *	  said no, finds out why (the same idem_guard_verdict) and raises ID004,
+ *	  fires only when the WHEN condition (idem_guard_allows) said no,
+ *	  finds out why (the same idem_guard_verdict) and raises ID004
+ *	  (guard_error.c words it),
  *	  or 27000 when the version did not follow the status; "version", a
  *	  BEFORE UPDATE trigger that sets the version column to the old version
  *	  + 1 on every change of the status; "children", a statement trigger
@@ -21,8 +25,10 @@
  *	  from the shard.
  *
  *	  Calls: guard_cache.c for the trigger's entry and its machine,
- *	  machine.c's questions, citus.c for the history shard; nothing in the
- *	  chain calls back here.
+ *	  machine_cache.c for idem_guard_allows's machine (idem_machine_of_call,
+ *	  cached in fn_extra), machine.c's verdict, guard_error.c for the
+ *	  errors, citus.c for the history shard, query.c; nothing calls back
+ *	  here (PostgreSQL calls both functions).
  *
  *	  Errors: raised inside the user's statement, which rolls back.  Their
  *	  messages begin with what the user did, "guarded update of <table>"
@@ -78,26 +84,44 @@
 #include "utils/xid8.h"
 
 #include "idempotency.h"
+#include "citus.h"
+#include "guard.h"
+#include "machine.h"
 
 PG_FUNCTION_INFO_V1(idem_guard_trigger);
+PG_FUNCTION_INFO_V1(idem_guard_allows);
+
+/*
+ * idem_guard_allows(machine text, old_status text, new_status text)
+ *   RETURNS boolean
+ *
+ * The rule of a guard (idem_guard_verdict, machine.c), evaluated in the
+ * WHEN condition of the triggers guard_install.c creates: true when the
+ * value is unchanged (bytewise, NULL included), when old_status is NULL
+ * and new_status is an initial state, or when old_status -> new_status is
+ * declared; false otherwise, values that are not states included (the
+ * trigger then fires and explains).  Fails with
+ * 22004 (NULL machine), 22023/22001 (bad machine name), 42704 (no such
+ * machine).
+ */
+Datum
+idem_guard_allows(PG_FUNCTION_ARGS)
+{
+	text	   *args[3];
+	IdemMachine *m;
+	bool		result;
+
+	idem_call_text_args(fcinfo, args, 3);
+	m = idem_machine_of_call(fcinfo, "idem_guard_allows");
+	result = idem_guard_verdict(m, args[1], args[2], false) <= IDEM_GUARD_UNCHANGED;
+	idem_machine_unpin();
+	PG_RETURN_BOOL(result);
+}
 
 /* ------------------------------------------------------------------------
  * The checks
  * ------------------------------------------------------------------------
  */
-
-/* A status value for messages: "quoted", or NULL. */
-static char *
-show(text *t)
-{
-	return t == NULL ? pstrdup("NULL") : psprintf("\"%s\"", text_to_cstring(t));
-}
-
-static int
-state_of(IdemMachine *m, text *t)
-{
-	return t == NULL ? -1 : idem_machine_state(m, VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t));
-}
 
 static text *
 status_value(HeapTuple tuple, GuardEntry *e, TupleDesc desc)
@@ -115,65 +139,6 @@ same_value(text *a, text *b)
 		return a == b;
 	return VARSIZE_ANY_EXHDR(a) == VARSIZE_ANY_EXHDR(b) &&
 		memcmp(VARDATA_ANY(a), VARDATA_ANY(b), VARSIZE_ANY_EXHDR(a)) == 0;
-}
-
-/*
- * Raise ID004 for a refused change of the status from `from` to `to`
- * (verdict v, from idem_guard_verdict): the message says why.
- */
-static void
-guard_refuse(GuardEntry *e, IdemMachine *m, TriggerData *td, text *from, text *to,
-			 IdemGuardVerdict v)
-{
-	Relation	rel = td->tg_relation;
-	const char *mname = idem_machine_name(m);
-	const char *doing = idem_guard_doing(td, e->table_name);
-
-	switch (v)
-	{
-		case IDEM_GUARD_ALLOWED:
-		case IDEM_GUARD_UNCHANGED:
-			return;
-		case IDEM_GUARD_BAD_INITIAL:
-			ereport(ERROR,
-					(errcode(ERRCODE_IDEM_ILLEGAL_TRANSITION),
-					 errmsg("%s: illegal initial state %s", doing, show(to)),
-					 errdetail("Machine \"%s\" does not allow a row to start in %s (column \"%s\" of table %s).",
-							   mname, show(to), e->status_name, e->table_name),
-					 errhint("The initial states are %s.", idem_machine_initial_list(m)),
-					 errtablecol(rel, e->status_att)));
-			break;
-		case IDEM_GUARD_UNKNOWN_TO:
-			ereport(ERROR,
-					(errcode(ERRCODE_IDEM_ILLEGAL_TRANSITION),
-					 errmsg("%s: illegal transition from %s to %s", doing, show(from), show(to)),
-					 errdetail("Machine \"%s\" does not allow the transition from %s to %s: %s is not a state of the machine (column \"%s\" of table %s).",
-							   mname, show(from), show(to), show(to),
-							   e->status_name, e->table_name),
-					 errhint("The states of machine \"%s\" are %s.", mname,
-							 idem_machine_state_list(m)),
-					 errtablecol(rel, e->status_att)));
-			break;
-		case IDEM_GUARD_UNKNOWN_FROM:
-			ereport(ERROR,
-					(errcode(ERRCODE_IDEM_ILLEGAL_TRANSITION),
-					 errmsg("%s: illegal transition from %s to %s", doing, show(from), show(to)),
-					 errdetail("Machine \"%s\" does not allow the transition from %s to %s: the current value %s is not a state of the machine (column \"%s\" of table %s).",
-							   mname, show(from), show(to), show(from),
-							   e->status_name, e->table_name),
-					 errhint("Add the state to the machine with idem_machine_define(), or leave the value unchanged."),
-					 errtablecol(rel, e->status_att)));
-			break;
-		case IDEM_GUARD_UNDECLARED:
-			ereport(ERROR,
-					(errcode(ERRCODE_IDEM_ILLEGAL_TRANSITION),
-					 errmsg("%s: illegal transition from %s to %s", doing, show(from), show(to)),
-					 errdetail("Machine \"%s\" does not allow the transition from %s to %s (column \"%s\" of table %s).",
-							   mname, show(from), show(to), e->status_name, e->table_name),
-					 errhint("%s", idem_machine_targets_hint(m, state_of(m, from))),
-					 errtablecol(rel, e->status_att)));
-			break;
-	}
 }
 
 /* newtuple with the version column set to the old version + 1. */
@@ -281,7 +246,7 @@ guard_check(GuardEntry *e, FunctionCallInfo fcinfo, TriggerData *td)
 		from = status_value(td->tg_trigtuple, e, desc);
 	m = idem_guard_machine(e, fcinfo, td);
 	v = idem_guard_verdict(m, from, to, insert);
-	guard_refuse(e, m, td, from, to, v);
+	idem_guard_refuse(e, m, td, from, to, v);
 	if (!insert && v != IDEM_GUARD_UNCHANGED && e->version_att != InvalidAttrNumber)
 		guard_check_version(e, td);
 }
@@ -408,6 +373,44 @@ guard_history_target(GuardEntry *e, TriggerData *td, Oid *disttype)
 }
 
 /*
+ * The row_key expression of the history INSERT, appended to sql: NULL
+ * without a primary key, else jsonb_build_object of the key's columns,
+ * parameters $6 on (their types into argtypes[5..], their attribute
+ * numbers into e->pk_atts).
+ */
+static void
+guard_log_row_key(GuardEntry *e, Relation rel, Bitmapset *pk, Oid *argtypes,
+				  StringInfo sql)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+	int			x = -1;
+	int			i = 0;
+
+	if (e->npk == 0)
+	{
+		appendStringInfoString(sql, "NULL");
+		return;
+	}
+	appendStringInfoString(sql, "pg_catalog.jsonb_build_object(");
+	while ((x = bms_next_member(pk, x)) >= 0)
+	{
+		AttrNumber	att = x + FirstLowInvalidHeapAttributeNumber;
+		Form_pg_attribute a;
+
+		if (att <= 0 || att > desc->natts)
+			elog(ERROR, "primary key of \"%s\" has attribute number %d",
+				 RelationGetRelationName(rel), att);
+		a = TupleDescAttr(desc, att - 1);
+		e->pk_atts[i] = att;
+		argtypes[5 + i] = a->atttypid;
+		appendStringInfo(sql, "%s%s, $%d", i > 0 ? ", " : "",
+						 quote_literal_cstr(NameStr(a->attname)), 6 + i);
+		i++;
+	}
+	appendStringInfoChar(sql, ')');
+}
+
+/*
  * Prepare the INSERT into idem_transition_log for this entry's table:
  * $1 table, $2 column, $3 from, $4 to, $5 xact id, $6... the primary key
  * columns, turned into a jsonb object by jsonb_build_object (so each value
@@ -426,8 +429,6 @@ guard_log_prepare(GuardEntry *e, TriggerData *td, Oid nsp)
 	StringInfoData sql;
 	Oid		   *argtypes;
 	int			npk = bms_num_members(pk);
-	int			x = -1;
-	int			i = 0;
 	SPIPlanPtr	plan;
 	Oid			disttype = InvalidOid;
 	char	   *target = NULL;
@@ -469,28 +470,7 @@ guard_log_prepare(GuardEntry *e, TriggerData *td, Oid nsp)
 						 " (table_name, status_column, row_key, from_state, to_state, xact_id)"
 						 " VALUES ($1, $2, ",
 						 quote_identifier(nspname));
-	if (npk == 0)
-		appendStringInfoString(&sql, "NULL");
-	else
-	{
-		appendStringInfoString(&sql, "pg_catalog.jsonb_build_object(");
-		while ((x = bms_next_member(pk, x)) >= 0)
-		{
-			AttrNumber	att = x + FirstLowInvalidHeapAttributeNumber;
-			Form_pg_attribute a;
-
-			if (att <= 0 || att > desc->natts)
-				elog(ERROR, "primary key of \"%s\" has attribute number %d",
-					 RelationGetRelationName(rel), att);
-			a = TupleDescAttr(desc, att - 1);
-			e->pk_atts[i] = att;
-			argtypes[5 + i] = a->atttypid;
-			appendStringInfo(&sql, "%s%s, $%d", i > 0 ? ", " : "",
-							 quote_literal_cstr(NameStr(a->attname)), 6 + i);
-			i++;
-		}
-		appendStringInfoChar(&sql, ')');
-	}
+	guard_log_row_key(e, rel, pk, argtypes, &sql);
 	appendStringInfoString(&sql, target != NULL ?
 						   ", $3, $4, pg_catalog.now(), pg_catalog.clock_timestamp(), $5)" :
 						   ", $3, $4, $5)");

@@ -17,12 +17,18 @@
  *	  through INSERT ... ON CONFLICT DO NOTHING, exactly as in idem_claim:
  *	  idem_begin runs claim.c's decision (idem_claim_spi) with its own
  *	  statements and maps the outcome to 'acquired', 'in_progress',
- *	  'completed' or 'failed'.  Takeovers (expired record, retryable failure, lease run
- *	  out) are UPDATEs that re-check the takeover condition on the newest
+ *	  'completed' or 'failed'.  Takeovers (expired record, retryable
+ *	  failure, lease run out) are UPDATEs that re-check the takeover condition on the newest
  *	  row version, so of two racing workers exactly one acquires.
  *	  idem_await holds no lock while it waits: it polls the record with a
  *	  fresh snapshot per look (READ COMMITTED), sleeping on its latch, and
  *	  stays interruptible (statement_timeout, cancel, postmaster death).
+ *
+ *	  The setting idempotency.max_attempts (how many retryable failures
+ *	  before a record is failed for good) is defined here, from module.c's
+ *	  _PG_init (idem_lease_init).  Calls claim.c, direct.c
+ *	  (idem_records_citus), citus.c, query.c, spi_read.c, shard.c (the
+ *	  _at twins), args.c, stats.c; nothing calls back.
  *
  *	  Memory: everything is in the caller's context or SPI's, which
  *	  SPI_finish releases; results are copied out with SPI_datumTransfer.
@@ -39,11 +45,14 @@
 #include "pgstat.h"
 #include "storage/latch.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 #include "utils/timestamp.h"
 
 #include "idempotency.h"
+#include "citus.h"
+#include "claim.h"
 #include "spi_read.h"
 
 PG_FUNCTION_INFO_V1(idem_begin);
@@ -51,6 +60,27 @@ PG_FUNCTION_INFO_V1(idem_heartbeat);
 PG_FUNCTION_INFO_V1(idem_finish);
 PG_FUNCTION_INFO_V1(idem_fail);
 PG_FUNCTION_INFO_V1(idem_await);
+
+/* idempotency.max_attempts: retryable failures before a record is failed */
+static int	max_attempts = 0;
+
+/* Define idempotency.max_attempts (module.c's _PG_init). */
+void
+idem_lease_init(void)
+{
+	DefineCustomIntVariable("idempotency.max_attempts",
+							"Retryable failures after which a leased record becomes permanently failed.",
+							"0 means unlimited.",
+							&max_attempts,
+							0,
+							0,
+							INT_MAX,
+							PGC_USERSET,
+							0,
+							NULL,
+							NULL,
+							NULL);
+}
 
 /* idem_await's longest sleep between two looks at the record. */
 #define AWAIT_MAX_NAP_MS 100
@@ -71,7 +101,8 @@ static IdemQuery q_begin_insert = {
 	" ON CONFLICT (scope, key) DO NOTHING"
 	" RETURNING r.token",
 	7, {TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
-	TIMESTAMPTZOID, INTERVALOID}, true
+	TIMESTAMPTZOID, INTERVALOID},
+	IDEM_REWRITTEN_PER_SHARD
 };
 
 static IdemQuery q_begin_read = {
@@ -79,7 +110,8 @@ static IdemQuery q_begin_read = {
 	"       r.locked_until, r.result"
 	" FROM @extschema@.idem_records r"
 	" WHERE r.scope OPERATOR(pg_catalog.=) $1 AND r.key OPERATOR(pg_catalog.=) $2",
-	2, {TEXTOID, TEXTOID}, true
+	2, {TEXTOID, TEXTOID},
+	IDEM_REWRITTEN_PER_SHARD
 };
 
 /*
@@ -106,7 +138,8 @@ static IdemQuery q_begin_read = {
 static IdemQuery q_begin_takeover = {
 	BEGIN_TAKEOVER_SQL("pg_catalog.nextval('@extschema@.idem_token_seq'::pg_catalog.regclass)"),
 	7, {TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
-	TIMESTAMPTZOID, INTERVALOID}, true
+	TIMESTAMPTZOID, INTERVALOID},
+	IDEM_REWRITTEN_PER_SHARD
 };
 
 /*
@@ -118,7 +151,8 @@ static IdemQuery q_begin_takeover = {
 static IdemQuery q_begin_takeover_citus = {
 	BEGIN_TAKEOVER_SQL("$8"),
 	8, {TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
-	TIMESTAMPTZOID, INTERVALOID, INT8OID}, true
+	TIMESTAMPTZOID, INTERVALOID, INT8OID},
+	IDEM_REWRITTEN_PER_SHARD
 };
 
 /*
@@ -147,14 +181,16 @@ static IdemQuery q_heartbeat = {
 	HOLDS_LEASE_SQL
 	" AND COALESCE($5, r.lease) IS NOT NULL"
 	" RETURNING r.locked_until",
-	5, {TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID, INTERVALOID}, true
+	5, {TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID, INTERVALOID},
+	IDEM_REWRITTEN_PER_SHARD
 };
 
 static IdemQuery q_finish = {
 	"UPDATE @extschema@.idem_records r"
 	" SET status = 'completed', result = $5, locked_until = NULL, updated_at = $4"
 	HOLDS_LEASE_SQL,
-	5, {TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID, JSONBOID}, true
+	5, {TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID, JSONBOID},
+	IDEM_REWRITTEN_PER_SHARD
 };
 
 static IdemQuery q_fail = {
@@ -164,14 +200,16 @@ static IdemQuery q_fail = {
 	"             THEN 'retryable' ELSE 'failed' END,"
 	"     result = $5, locked_until = NULL, updated_at = $4"
 	HOLDS_LEASE_SQL,
-	7, {TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID, JSONBOID, BOOLOID, INT4OID}, true
+	7, {TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID, JSONBOID, BOOLOID, INT4OID},
+	IDEM_REWRITTEN_PER_SHARD
 };
 
 static IdemQuery q_lease_state = {
 	"SELECT r.status, r.token, r.expires_at OPERATOR(pg_catalog.>) $3, r.lease IS NULL"
 	" FROM @extschema@.idem_records r"
 	" WHERE r.scope OPERATOR(pg_catalog.=) $1 AND r.key OPERATOR(pg_catalog.=) $2",
-	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}, true
+	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID},
+	IDEM_REWRITTEN_PER_SHARD
 };
 
 static IdemQuery q_await_read = {
@@ -182,8 +220,19 @@ static IdemQuery q_await_read = {
 	" FROM @extschema@.idem_records r"
 	" WHERE r.scope OPERATOR(pg_catalog.=) $1 AND r.key OPERATOR(pg_catalog.=) $2"
 	" AND r.expires_at OPERATOR(pg_catalog.>) $3",
-	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}, true
+	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID},
+	IDEM_REWRITTEN_PER_SHARD
 };
+
+/* The parameters the lease statements share: $1 scope, $2 key, $3 token, $4 now. */
+static void
+lease_params(Datum *values, text *scope, text *key, int64 token, TimestampTz now)
+{
+	values[0] = PointerGetDatum(scope);
+	values[1] = PointerGetDatum(key);
+	values[2] = Int64GetDatum(token);
+	values[3] = TimestampTzGetDatum(now);
+}
 
 /* The token argument: not NULL. */
 static int64
@@ -377,10 +426,7 @@ idem_heartbeat(PG_FUNCTION_ARGS)
 	idem_check_writable(fname);
 	now = GetCurrentTimestamp();
 
-	values[0] = PointerGetDatum(scope);
-	values[1] = PointerGetDatum(key);
-	values[2] = Int64GetDatum(token);
-	values[3] = TimestampTzGetDatum(now);
+	lease_params(values, scope, key, token, now);
 	if (PG_ARGISNULL(3))
 	{
 		values[4] = (Datum) 0;
@@ -408,6 +454,53 @@ idem_heartbeat(PG_FUNCTION_ARGS)
 }
 
 /*
+ * The body of idem_finish (fail false) and idem_fail (fail true): settle
+ * the record of (scope, key) whose lease token holds, with its result
+ * (argument 3, NULL allowed), and for idem_fail whether the failure is
+ * retryable (argument 4) under idempotency.max_attempts.  Counted as
+ * completed or failed.  Errors as both functions say.
+ */
+static void
+lease_settle(FunctionCallInfo fcinfo, const char *fname, bool fail)
+{
+	text	   *scope = idem_arg_scope(fcinfo, 0, fname);
+	text	   *key = idem_arg_key(fcinfo, 1, fname);
+	int64		token = arg_token(fcinfo, 2, fname);
+	Oid			nsp = idem_extension_schema(fcinfo);
+	TimestampTz now;
+	Datum		values[7];
+	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
+
+	if (fail && PG_ARGISNULL(4))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s: retryable must not be null", fname)));
+
+	idem_check_writable(fname);
+	now = GetCurrentTimestamp();
+
+	lease_params(values, scope, key, token, now);
+	if (PG_ARGISNULL(3))
+	{
+		values[4] = (Datum) 0;
+		nulls[4] = 'n';
+	}
+	else
+		values[4] = PointerGetDatum(PG_GETARG_JSONB_P(3));
+	if (fail)
+	{
+		values[5] = BoolGetDatum(PG_GETARG_BOOL(4));
+		values[6] = Int32GetDatum(max_attempts);
+	}
+
+	idem_spi_connect();
+	if (idem_query_exec(fail ? &q_fail : &q_finish, nsp, values, nulls, false, 0) == 0)
+		lease_lost(nsp, fname, scope, key, token, now, true);
+	idem_stats_count(scope, fail ? IDEM_STAT_FAILED : IDEM_STAT_COMPLETED);
+	SPI_finish();
+}
+
+/*
  * idem_finish(scope text, key text, token bigint, result jsonb DEFAULT NULL)
  *   RETURNS void
  *
@@ -418,36 +511,7 @@ idem_heartbeat(PG_FUNCTION_ARGS)
 Datum
 idem_finish(PG_FUNCTION_ARGS)
 {
-	const char *fname = "idem_finish";
-	text	   *scope = idem_arg_scope(fcinfo, 0, fname);
-	text	   *key = idem_arg_key(fcinfo, 1, fname);
-	int64		token = arg_token(fcinfo, 2, fname);
-	Oid			nsp = idem_extension_schema(fcinfo);
-	TimestampTz now;
-	Datum		values[5];
-	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
-
-	idem_check_writable(fname);
-	now = GetCurrentTimestamp();
-
-	values[0] = PointerGetDatum(scope);
-	values[1] = PointerGetDatum(key);
-	values[2] = Int64GetDatum(token);
-	values[3] = TimestampTzGetDatum(now);
-	if (PG_ARGISNULL(3))
-	{
-		values[4] = (Datum) 0;
-		nulls[4] = 'n';
-	}
-	else
-		values[4] = PointerGetDatum(PG_GETARG_JSONB_P(3));
-
-	idem_spi_connect();
-	if (idem_query_exec(&q_finish, nsp, values, nulls, false, 0) == 0)
-		lease_lost(nsp, fname, scope, key, token, now, true);
-	idem_stats_count(scope, IDEM_STAT_COMPLETED);
-	SPI_finish();
-
+	lease_settle(fcinfo, "idem_finish", false);
 	PG_RETURN_VOID();
 }
 
@@ -465,44 +529,82 @@ idem_finish(PG_FUNCTION_ARGS)
 Datum
 idem_fail(PG_FUNCTION_ARGS)
 {
-	const char *fname = "idem_fail";
-	text	   *scope = idem_arg_scope(fcinfo, 0, fname);
-	text	   *key = idem_arg_key(fcinfo, 1, fname);
-	int64		token = arg_token(fcinfo, 2, fname);
-	Oid			nsp = idem_extension_schema(fcinfo);
-	TimestampTz now;
-	Datum		values[8];
-	char		nulls[8] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	lease_settle(fcinfo, "idem_fail", true);
+	PG_RETURN_VOID();
+}
 
-	if (PG_ARGISNULL(4))
+/*
+ * The checks of idem_await's timeout (22004 NULL) and isolation level
+ * (25000 under REPEATABLE READ or SERIALIZABLE: the snapshot would never
+ * show a change), and the deadline: now + timeout.
+ */
+static TimestampTz
+await_deadline(FunctionCallInfo fcinfo, const char *fname)
+{
+	Interval   *timeout;
+	TimestampTz start;
+
+	if (PG_ARGISNULL(2))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("%s: retryable must not be null", fname)));
+				 errmsg("%s: timeout must not be null", fname)));
 
-	idem_check_writable(fname);
-	now = GetCurrentTimestamp();
+	if (IsolationUsesXactSnapshot())
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_TRANSACTION_STATE),
+				 errmsg("%s: cannot wait in a REPEATABLE READ or SERIALIZABLE transaction", fname),
+				 errdetail("The transaction snapshot would never show the record change."),
+				 errhint("Call idem_await in autocommit or in a READ COMMITTED transaction.")));
 
-	values[0] = PointerGetDatum(scope);
-	values[1] = PointerGetDatum(key);
-	values[2] = Int64GetDatum(token);
-	values[3] = TimestampTzGetDatum(now);
-	if (PG_ARGISNULL(3))
+	timeout = PG_GETARG_INTERVAL_P(2);
+	start = GetCurrentTimestamp();
+	if (timeout->month == 0 && timeout->day == 0 && timeout->time == 0)
+		return start;
+	return idem_add_interval(start, timeout, "timeout", fname);
+}
+
+/*
+ * One look of idem_await at the record of (values[0], values[1]) at now,
+ * allocating in round (reset first): true when the wait is over (no
+ * record: *isnull; a record no longer leased, or the deadline reached:
+ * *result, copied out of SPI), false to wait on, *lease_end then being
+ * the lease's end.
+ */
+static bool
+await_look(Oid nsp, Datum *values, TimestampTz now, TimestampTz deadline,
+		   MemoryContext round, TimestampTz *lease_end, Datum *result,
+		   bool *isnull)
+{
+	bool		snull;
+	char	   *status;
+	Datum		d;
+	MemoryContext old;
+	bool		done;
+
+	MemoryContextReset(round);
+	old = MemoryContextSwitchTo(round);
+
+	values[2] = TimestampTzGetDatum(now);
+	if (idem_query_exec(&q_await_read, nsp, values, NULL, false, 1) == 0)
 	{
-		values[4] = (Datum) 0;
-		nulls[4] = 'n';
+		MemoryContextSwitchTo(old);
+		*isnull = true;
+		return true;
 	}
-	else
-		values[4] = PointerGetDatum(PG_GETARG_JSONB_P(3));
-	values[5] = BoolGetDatum(PG_GETARG_BOOL(4));
-	values[6] = Int32GetDatum(idem_max_attempts);
 
-	idem_spi_connect();
-	if (idem_query_exec(&q_fail, nsp, values, nulls, false, 0) == 0)
-		lease_lost(nsp, fname, scope, key, token, now, true);
-	idem_stats_count(scope, IDEM_STAT_FAILED);
-	SPI_finish();
-
-	PG_RETURN_VOID();
+	status = idem_spi_read_cstring(SPI_tuptable, 0, 2, "status");
+	d = idem_spi_read(SPI_tuptable, 0, 3, TIMESTAMPTZOID, "locked_until", &snull);
+	*lease_end = snull ? 0 : DatumGetTimestampTz(d);
+	done = strcmp(status, IDEM_STATUS_IN_PROGRESS) != 0 || snull ||
+		*lease_end <= now || now >= deadline;
+	MemoryContextSwitchTo(old);
+	if (done)
+	{
+		/* ROW(...)::idem_record: the statement fixes its type. */
+		d = idem_spi_read(SPI_tuptable, 0, 1, InvalidOid, NULL, isnull);
+		*result = SPI_datumTransfer(d, false, -1);
+	}
+	return done;
 }
 
 /*
@@ -524,34 +626,12 @@ idem_await(PG_FUNCTION_ARGS)
 	text	   *scope = idem_arg_scope(fcinfo, 0, fname);
 	text	   *key = idem_arg_key(fcinfo, 1, fname);
 	Oid			nsp = idem_extension_schema(fcinfo);
-	TimestampTz deadline;
+	TimestampTz deadline = await_deadline(fcinfo, fname);
 	Datum		values[3];
 	Datum		result = (Datum) 0;
 	bool		isnull = true;
 	long		nap_ms = 1;
 	MemoryContext round;
-
-	if (PG_ARGISNULL(2))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("%s: timeout must not be null", fname)));
-
-	if (IsolationUsesXactSnapshot())
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_TRANSACTION_STATE),
-				 errmsg("%s: cannot wait in a REPEATABLE READ or SERIALIZABLE transaction", fname),
-				 errdetail("The transaction snapshot would never show the record change."),
-				 errhint("Call idem_await in autocommit or in a READ COMMITTED transaction.")));
-
-	{
-		Interval   *timeout = PG_GETARG_INTERVAL_P(2);
-		TimestampTz start = GetCurrentTimestamp();
-
-		if (timeout->month == 0 && timeout->day == 0 && timeout->time == 0)
-			deadline = start;
-		else
-			deadline = idem_add_interval(start, timeout, "timeout", fname);
-	}
 
 	values[0] = PointerGetDatum(scope);
 	values[1] = PointerGetDatum(key);
@@ -564,39 +644,13 @@ idem_await(PG_FUNCTION_ARGS)
 	for (;;)
 	{
 		TimestampTz now = GetCurrentTimestamp();
-		bool		snull;
-		char	   *status;
-		Datum		d;
 		TimestampTz lease_end;
 		long		wait_ms;
-		MemoryContext old;
-		bool		done;
 
 		CHECK_FOR_INTERRUPTS();
-		MemoryContextReset(round);
-		old = MemoryContextSwitchTo(round);
-
-		values[2] = TimestampTzGetDatum(now);
-		if (idem_query_exec(&q_await_read, nsp, values, NULL, false, 1) == 0)
-		{
-			MemoryContextSwitchTo(old);
-			isnull = true;
+		if (await_look(nsp, values, now, deadline, round, &lease_end,
+					   &result, &isnull))
 			break;
-		}
-
-		status = idem_spi_read_cstring(SPI_tuptable, 0, 2, "status");
-		d = idem_spi_read(SPI_tuptable, 0, 3, TIMESTAMPTZOID, "locked_until", &snull);
-		lease_end = snull ? 0 : DatumGetTimestampTz(d);
-		done = strcmp(status, IDEM_STATUS_IN_PROGRESS) != 0 || snull ||
-			lease_end <= now || now >= deadline;
-		MemoryContextSwitchTo(old);
-		if (done)
-		{
-			/* ROW(...)::idem_record: the statement fixes its type. */
-			d = idem_spi_read(SPI_tuptable, 0, 1, InvalidOid, NULL, &isnull);
-			result = SPI_datumTransfer(d, false, -1);
-			break;
-		}
 		SPI_freetuptable(SPI_tuptable);
 
 		/*
@@ -620,55 +674,9 @@ idem_await(PG_FUNCTION_ARGS)
 	PG_RETURN_DATUM(result);
 }
 
-/*
- * The F_at twins of this file (sql/idempotency_shard.sql):
- * F_at(shard_key "any", the arguments of F) is F for idem_records
- * distributed by a shard key; shard_key is the record's distribution
- * value.  Each fails as F does, and as idem_shard_call says (22004 NULL
- * shard_key, 55000 records without a shard key, the conversion's error).
- */
-
-PG_FUNCTION_INFO_V1(idem_begin_at);
-
-Datum
-idem_begin_at(PG_FUNCTION_ARGS)
-{
-	return idem_shard_call(fcinfo, idem_extension_schema(fcinfo), idem_begin,
-						   "idem_begin_at");
-}
-
-PG_FUNCTION_INFO_V1(idem_heartbeat_at);
-
-Datum
-idem_heartbeat_at(PG_FUNCTION_ARGS)
-{
-	return idem_shard_call(fcinfo, idem_extension_schema(fcinfo), idem_heartbeat,
-						   "idem_heartbeat_at");
-}
-
-PG_FUNCTION_INFO_V1(idem_finish_at);
-
-Datum
-idem_finish_at(PG_FUNCTION_ARGS)
-{
-	return idem_shard_call(fcinfo, idem_extension_schema(fcinfo), idem_finish,
-						   "idem_finish_at");
-}
-
-PG_FUNCTION_INFO_V1(idem_fail_at);
-
-Datum
-idem_fail_at(PG_FUNCTION_ARGS)
-{
-	return idem_shard_call(fcinfo, idem_extension_schema(fcinfo), idem_fail,
-						   "idem_fail_at");
-}
-
-PG_FUNCTION_INFO_V1(idem_await_at);
-
-Datum
-idem_await_at(PG_FUNCTION_ARGS)
-{
-	return idem_shard_call(fcinfo, idem_extension_schema(fcinfo), idem_await,
-						   "idem_await_at");
-}
+/* The F_at twins of this file (IDEM_SHARD_TWIN, idempotency.h). */
+IDEM_SHARD_TWIN(idem_begin);
+IDEM_SHARD_TWIN(idem_heartbeat);
+IDEM_SHARD_TWIN(idem_finish);
+IDEM_SHARD_TWIN(idem_fail);
+IDEM_SHARD_TWIN(idem_await);

@@ -2,9 +2,16 @@
  *
  * machine_cache.c
  *	  The per-backend cache of compiled state machines (idem_machine_get),
- *	  loaded from the table idem_machines, and the trigger on that table
+ *	  loaded from the table idem_machines, the trigger on that table
  *	  (idem_machines_trigger) that validates what is stored and tells every
- *	  backend to drop its cache.
+ *	  backend to drop its cache, and the machine named by the first
+ *	  argument of a SQL call (idem_machine_of_call, cached in fn_extra:
+ *	  transition.c's functions and idem_guard_allows).
+ *
+ *	  Calls: machine_compile.c (a definition compiled), machine.c,
+ *	  citus.c (the local placement), query.c, relcache.c (the cache
+ *	  subscribes at load, idem_machine_cache_init).  Called by
+ *	  transition.c, guard.c, guard_cache.c and guard_trigger.c.
  *
  *	  Cache: machine name -> compiled machine (machine.c), in a dynahash in
  *	  CacheMemoryContext; each machine has its own memory context.  A
@@ -30,7 +37,7 @@
  *	  next transaction start or lock acquisition; our own backend at the
  *	  next command (and on abort).  A relcache callback drops the whole
  *	  cache and bumps idem_machine_generation, which holders of machine
- *	  pointers (fn_extra in transition.c, trigger entries in
+ *	  pointers (fn_extra of idem_machine_of_call, trigger entries in
  *	  guard_cache.c) compare before each use.  A definition read with a
  *	  snapshot older than an invalidation processed during the read is used
  *	  once and not cached, so the cache never keeps a definition older than
@@ -80,6 +87,8 @@
 #include "utils/snapmgr.h"
 
 #include "idempotency.h"
+#include "citus.h"
+#include "machine.h"
 
 PG_FUNCTION_INFO_V1(idem_machines_trigger);
 
@@ -145,6 +154,13 @@ machine_cache_callback(Oid relid)
 	}
 }
 
+/* Subscribe the cache to relcache invalidations (module.c's _PG_init). */
+void
+idem_machine_cache_init(void)
+{
+	idem_relcache_subscribe(machine_cache_callback);
+}
+
 /* Free the retired machines; only when nobody holds a pin. */
 static void
 machine_retired_free(void)
@@ -208,7 +224,6 @@ machine_cache_prepare(Oid nsp)
 		retired_cxt = AllocSetContextCreate(CacheMemoryContext,
 											"idempotency retired machines",
 											ALLOCSET_SMALL_SIZES);
-		idem_relcache_subscribe(machine_cache_callback);
 		RegisterXactCallback(machine_xact_callback, NULL);
 		callback_registered = true;
 	}
@@ -552,4 +567,82 @@ idem_machines_trigger(PG_FUNCTION_ARGS)
 			(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
 			 errmsg("idem_machines_trigger: unsupported trigger event")));
 	return PointerGetDatum(NULL);	/* keep the compiler quiet */
+}
+
+/* ------------------------------------------------------------------------
+ * The machine of a SQL call (transition.c, idem_guard_allows)
+ * ------------------------------------------------------------------------
+ */
+
+/* Per-call-site cache in fn_extra: the last machine used. */
+typedef struct CallCache
+{
+	uint64		gen;			/* idem_machine_generation when looked up */
+	IdemMachine *machine;
+	int			len;
+	char		name[IDEM_MAX_MACHINE_BYTES + 1];
+} CallCache;
+
+/*
+ * The text arguments 1 .. nargs - 1 of a call, fetched (detoasted) before
+ * the machine is looked up; NULL for a NULL argument.
+ */
+void
+idem_call_text_args(FunctionCallInfo fcinfo, text **args, int nargs)
+{
+	for (int i = 1; i < nargs; i++)
+		args[i] = PG_ARGISNULL(i) ? NULL : PG_GETARG_TEXT_PP(i);
+}
+
+/*
+ * The machine named by argument 0, through fn_extra: a repeated call with
+ * the same name costs one memcmp until any definition changes.  Pinned
+ * (idem_machine_pin): the caller unpins it before returning.  Fetch every
+ * other argument first (idem_call_text_args).
+ */
+IdemMachine *
+idem_machine_of_call(FunctionCallInfo fcinfo, const char *fname)
+{
+	CallCache  *cc = (CallCache *) fcinfo->flinfo->fn_extra;
+	text	   *name;
+	const char *p;
+	int			len;
+	IdemMachine *m;
+	bool		cached;
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s: machine must not be null", fname)));
+	name = PG_GETARG_TEXT_PP(0);
+	p = VARDATA_ANY(name);
+	len = VARSIZE_ANY_EXHDR(name);
+
+	idem_machine_pin();
+	if (cc != NULL && cc->gen == idem_machine_generation &&
+		cc->len == len && memcmp(cc->name, p, len) == 0)
+		return cc->machine;
+
+	m = idem_machine_get(idem_extension_schema(fcinfo), p, len, fname, &cached);
+	if (!cached)
+	{
+		/*
+		 * In parallel mode nothing is cached per backend: keep the machine
+		 * for the rest of this query.  Otherwise it raced with an
+		 * invalidation: use it for this call only.
+		 */
+		if (!IsInParallelMode())
+			return m;
+		idem_machine_set_parent(m, fcinfo->flinfo->fn_mcxt);
+	}
+	if (cc == NULL)
+	{
+		cc = MemoryContextAllocZero(fcinfo->flinfo->fn_mcxt, sizeof(CallCache));
+		fcinfo->flinfo->fn_extra = cc;
+	}
+	cc->gen = idem_machine_generation;
+	cc->machine = m;
+	cc->len = len;
+	memcpy(cc->name, p, len);
+	return m;
 }

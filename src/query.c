@@ -10,8 +10,9 @@
  *	  rows built in SPI's memory are copied into it).  Calls no other file
  *	  of src/ but shard.c.
  *
- *	  Shard keys: a keyed statement (one that addresses one record by $1
- *	  scope and $2 key) is prepared from idem_shard_rewrite's text while
+ *	  Shard keys: a statement marked rewritten_per_shard
+ *	  (IDEM_REWRITTEN_PER_SHARD: it addresses one record by $1 scope and
+ *	  $2 key) is prepared from idem_shard_rewrite's text, not its own, while
  *	  idem_records has a shard_key column (shard.c), with the key as one
  *	  more parameter, and the plan remembers the key's type; it is prepared
  *	  again when the column comes or goes.  Executing it passes the F_at
@@ -77,7 +78,7 @@ static SchemaCacheEntry schema_cache[SCHEMA_CACHE_SIZE];
 
 /*
  * The function whose call asked idem_extension_schema last: the function
- * running now, which a keyed statement's 55000 names (shard.c).
+ * running now, which a rewritten statement's 55000 names (shard.c).
  */
 static Oid	caller_fn_oid = InvalidOid;
 
@@ -168,7 +169,7 @@ idem_query_plan(IdemQuery *q, Oid nsp)
 {
 	SPIPlanPtr	plan;
 	char	   *sql;
-	Oid			shard_type = q->keyed ? idem_shard_type(nsp) : InvalidOid;
+	Oid			shard_type = q->rewritten_per_shard ? idem_shard_type(nsp) : InvalidOid;
 	Oid			argtypes[IDEM_MAX_ARGS + 1];
 	int			nargs = q->nargs;
 
@@ -271,11 +272,11 @@ query_run(IdemQuery *q, SPIPlanPtr plan, Datum *values, const char *nulls,
  * Execute q with the given arguments; returns SPI_processed.  Errors from
  * the statement (lock timeouts, serialization failures, constraint
  * violations) propagate unchanged, but for a permission error on the
- * extension's own objects, which gets a hint naming idem_grant.  A keyed
- * statement on records with a shard key gets the current shard key as its
- * last argument, or fails with 55000 outside an F_at call, naming the
- * twin of the function running (shard.c).  A negative SPI result code is
- * a bug.
+ * extension's own objects, which gets a hint naming idem_grant.  A
+ * rewritten_per_shard statement on records with a shard key gets the
+ * current shard key as its last argument, or fails with 55000 outside an
+ * F_at call, naming the twin of the function running (shard.c).  A
+ * negative SPI result code is a bug.
  */
 int
 idem_query_exec(IdemQuery *q, Oid nsp, Datum *values, const char *nulls,

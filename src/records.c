@@ -37,6 +37,7 @@
 #include "utils/tuplestore.h"
 
 #include "idempotency.h"
+#include "claim.h"
 #include "spi_read.h"
 
 PG_FUNCTION_INFO_V1(idem_complete);
@@ -51,14 +52,16 @@ static IdemQuery q_complete = {
 	" WHERE r.scope OPERATOR(pg_catalog.=) $1 AND r.key OPERATOR(pg_catalog.=) $2"
 	" AND r.expires_at OPERATOR(pg_catalog.>) $4"
 	" AND r.status OPERATOR(pg_catalog.=) 'claimed'",
-	4, {TEXTOID, TEXTOID, JSONBOID, TIMESTAMPTZOID}, true
+	4, {TEXTOID, TEXTOID, JSONBOID, TIMESTAMPTZOID},
+	IDEM_REWRITTEN_PER_SHARD
 };
 
 static IdemQuery q_status = {
 	"SELECT r.status, r.expires_at OPERATOR(pg_catalog.>) $3"
 	" FROM @extschema@.idem_records r"
 	" WHERE r.scope OPERATOR(pg_catalog.=) $1 AND r.key OPERATOR(pg_catalog.=) $2",
-	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}, true
+	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID},
+	IDEM_REWRITTEN_PER_SHARD
 };
 
 static IdemQuery q_lookup = {
@@ -68,7 +71,8 @@ static IdemQuery q_lookup = {
 	" FROM @extschema@.idem_records r"
 	" WHERE r.scope OPERATOR(pg_catalog.=) $1 AND r.key OPERATOR(pg_catalog.=) $2"
 	" AND r.expires_at OPERATOR(pg_catalog.>) $3",
-	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}, true
+	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID},
+	IDEM_REWRITTEN_PER_SHARD
 };
 
 static IdemQuery q_release = {
@@ -78,7 +82,8 @@ static IdemQuery q_release = {
 	"          AND r.locked_until OPERATOR(pg_catalog.>) $3"
 	"          AND r.expires_at OPERATOR(pg_catalog.>) $3)"
 	" RETURNING r.expires_at OPERATOR(pg_catalog.>) $3",
-	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}, true
+	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID},
+	IDEM_REWRITTEN_PER_SHARD
 };
 
 static IdemQuery q_leased = {
@@ -87,7 +92,8 @@ static IdemQuery q_leased = {
 	" AND r.status OPERATOR(pg_catalog.=) 'in_progress'"
 	" AND r.locked_until OPERATOR(pg_catalog.>) $3"
 	" AND r.expires_at OPERATOR(pg_catalog.>) $3",
-	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}, true
+	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID},
+	IDEM_REWRITTEN_PER_SHARD
 };
 
 static IdemQuery q_purge = {
@@ -408,37 +414,7 @@ idem_summary(PG_FUNCTION_ARGS)
 	return (Datum) 0;
 }
 
-/*
- * The F_at twins of this file (sql/idempotency_shard.sql):
- * F_at(shard_key "any", the arguments of F) is F for idem_records
- * distributed by a shard key; shard_key is the record's distribution
- * value.  Each fails as F does, and as idem_shard_call says (22004 NULL
- * shard_key, 55000 records without a shard key, the conversion's error).
- */
-
-PG_FUNCTION_INFO_V1(idem_complete_at);
-
-Datum
-idem_complete_at(PG_FUNCTION_ARGS)
-{
-	return idem_shard_call(fcinfo, idem_extension_schema(fcinfo), idem_complete,
-						   "idem_complete_at");
-}
-
-PG_FUNCTION_INFO_V1(idem_lookup_at);
-
-Datum
-idem_lookup_at(PG_FUNCTION_ARGS)
-{
-	return idem_shard_call(fcinfo, idem_extension_schema(fcinfo), idem_lookup,
-						   "idem_lookup_at");
-}
-
-PG_FUNCTION_INFO_V1(idem_release_at);
-
-Datum
-idem_release_at(PG_FUNCTION_ARGS)
-{
-	return idem_shard_call(fcinfo, idem_extension_schema(fcinfo), idem_release,
-						   "idem_release_at");
-}
+/* The F_at twins of this file (IDEM_SHARD_TWIN, idempotency.h). */
+IDEM_SHARD_TWIN(idem_complete);
+IDEM_SHARD_TWIN(idem_lookup);
+IDEM_SHARD_TWIN(idem_release);

@@ -10,8 +10,11 @@
  *	  record then has to be told the shard key: its twin F_at(shard_key,
  *	  scope, key, ...) (sql/idempotency_shard.sql).
  *
- *	  This file holds the four pieces of that, and calls no other file of
- *	  src/:
+ *	  This file holds the four pieces of that (the twins themselves are
+ *	  one line each, IDEM_SHARD_TWIN in idempotency.h, in the files of
+ *	  their F: claim.c, batch.c, lease.c, records.c, token.c).  It calls
+ *	  only relcache.c (its cache subscribes at load, idem_shard_init);
+ *	  query.c and every file with twins call it:
  *	  - idem_shard_type: the type of idem_records.shard_key in a schema, or
  *	    InvalidOid when the column does not exist (the usual case, and the
  *	    only one without Citus).  One cached answer; a relcache
@@ -68,7 +71,6 @@
 static bool shard_cache_valid = false;
 static Oid	shard_cache_nsp = InvalidOid;
 static Oid	shard_cache_type = InvalidOid;
-static bool shard_callback_registered = false;
 
 /* The shard key of the F_at call running now, if any. */
 static bool shard_current_set = false;
@@ -85,6 +87,13 @@ shard_cache_reset(Oid relid)
 		shard_cache_valid = false;
 }
 
+/* Subscribe the cache to relcache invalidations (module.c's _PG_init). */
+void
+idem_shard_init(void)
+{
+	idem_relcache_subscribe(shard_cache_reset);
+}
+
 /*
  * The type of idem_records.shard_key in schema nsp, or InvalidOid when
  * idem_records has no such column.
@@ -97,12 +106,6 @@ idem_shard_type(Oid nsp)
 
 	if (shard_cache_valid && shard_cache_nsp == nsp)
 		return shard_cache_type;
-
-	if (!shard_callback_registered)
-	{
-		idem_relcache_subscribe(shard_cache_reset);
-		shard_callback_registered = true;
-	}
 
 	relid = get_relname_relid("idem_records", nsp);
 	shard_cache_relid = relid;
@@ -309,10 +312,11 @@ idem_shard_call(FunctionCallInfo fcinfo, Oid nsp, PGFunction target,
 
 /*
  * Fail with 55000: fn_oid, a function without _at (the one running, as
- * query.c last saw it), ran a keyed statement on records with a shard key
- * (schema nsp).  The message names the function; the hint its twin, with
- * the twin's arguments, or every twin when the function has none (no
- * function without a twin runs a keyed statement: a can't-happen).
+ * query.c last saw it), ran a statement marked rewritten_per_shard on
+ * records with a shard key (schema nsp).  The message names the function;
+ * the hint its twin, with the twin's arguments, or every twin when the
+ * function has none (no function without a twin runs such a statement: a
+ * can't-happen).
  */
 void
 idem_shard_refuse(Oid fn_oid, Oid nsp)

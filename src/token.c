@@ -63,7 +63,8 @@ static IdemQuery q_token_insert = {
 	" (scope, key, status, created_at, updated_at, expires_at)"
 	" VALUES ($1, $2, 'issued', $3, $3, $4)"
 	" ON CONFLICT (scope, key) DO NOTHING",
-	4, {TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID}, true
+	4, {TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID},
+	IDEM_REWRITTEN_PER_SHARD
 };
 
 static IdemQuery q_token_consume = {
@@ -72,7 +73,8 @@ static IdemQuery q_token_consume = {
 	" WHERE r.scope OPERATOR(pg_catalog.=) $1 AND r.key OPERATOR(pg_catalog.=) $2"
 	" AND r.status OPERATOR(pg_catalog.=) 'issued'"
 	" AND r.expires_at OPERATOR(pg_catalog.>) $3",
-	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}, true
+	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID},
+	IDEM_REWRITTEN_PER_SHARD
 };
 
 /*
@@ -219,28 +221,6 @@ idem_token_consume(PG_FUNCTION_ARGS)
 	PG_RETURN_BOOL(consumed);
 }
 
-/*
- * The F_at twins of this file (sql/idempotency_shard.sql):
- * F_at(shard_key "any", the arguments of F) is F for idem_records
- * distributed by a shard key; shard_key is the record's distribution
- * value.  Each fails as F does, and as idem_shard_call says (22004 NULL
- * shard_key, 55000 records without a shard key, the conversion's error).
- */
-
-PG_FUNCTION_INFO_V1(idem_token_issue_at);
-
-Datum
-idem_token_issue_at(PG_FUNCTION_ARGS)
-{
-	return idem_shard_call(fcinfo, idem_extension_schema(fcinfo), idem_token_issue,
-						   "idem_token_issue_at");
-}
-
-PG_FUNCTION_INFO_V1(idem_token_consume_at);
-
-Datum
-idem_token_consume_at(PG_FUNCTION_ARGS)
-{
-	return idem_shard_call(fcinfo, idem_extension_schema(fcinfo), idem_token_consume,
-						   "idem_token_consume_at");
-}
+/* The F_at twins of this file (IDEM_SHARD_TWIN, idempotency.h). */
+IDEM_SHARD_TWIN(idem_token_issue);
+IDEM_SHARD_TWIN(idem_token_consume);

@@ -4,13 +4,14 @@
  *	  The SQL API of state machines: idem_machine_define and
  *	  idem_machine_drop (the definitions in idem_machines),
  *	  idem_can_transition, idem_transition, idem_transition_strict and
- *	  idem_sources (asking a machine), and idem_guard_allows (the rule of a
- *	  table guard, evaluated in the WHEN condition of the triggers guard.c
- *	  installs).
+ *	  idem_sources (asking a machine).  The rule of a table guard,
+ *	  idem_guard_allows, lives beside the trigger (guard_trigger.c).
  *
- *	  Calls: machine.c and machine_cache.c for the machine, and guard.c
- *	  (idem_guards_of_machine) when a machine is dropped; nothing calls
- *	  back into this file.
+ *	  Calls: machine_cache.c for the machine of a call
+ *	  (idem_machine_of_call), machine.c's questions, machine_compile.c
+ *	  (a definition checked before it is written), guard_install.c
+ *	  (idem_guards_of_machine) when a machine is dropped, args.c and
+ *	  query.c; nothing calls back into this file.
  *
  *	  Cache: each call site keeps the machine it used last in fn_extra,
  *	  valid while idem_machine_generation (machine_cache.c) is unchanged,
@@ -29,7 +30,7 @@
  *	  accepts invalidations) before the machine is looked up, and the
  *	  machine is pinned (idem_machine_pin) from the lookup to the return,
  *	  so a cache reset in between retires it instead of freeing it under
- *	  us (call_machine pins, every function unpins before it returns; an
+ *	  us (idem_machine_of_call pins, every function unpins before it returns; an
  *	  error leaves the pin to the end of the transaction).
  *
  *-------------------------------------------------------------------------
@@ -45,13 +46,14 @@
 #include "utils/memutils.h"
 
 #include "idempotency.h"
+#include "guard.h"
+#include "machine.h"
 
 PG_FUNCTION_INFO_V1(idem_machine_define);
 PG_FUNCTION_INFO_V1(idem_machine_drop);
 PG_FUNCTION_INFO_V1(idem_can_transition);
 PG_FUNCTION_INFO_V1(idem_transition);
 PG_FUNCTION_INFO_V1(idem_transition_strict);
-PG_FUNCTION_INFO_V1(idem_guard_allows);
 PG_FUNCTION_INFO_V1(idem_sources);
 
 static IdemQuery q_machine_upsert = {
@@ -85,79 +87,6 @@ machine_arg(FunctionCallInfo fcinfo, int argno, const char *fname)
  * SQL-callable functions
  * ------------------------------------------------------------------------
  */
-
-/* Per-call-site cache in fn_extra: the last machine used. */
-typedef struct CallCache
-{
-	uint64		gen;			/* idem_machine_generation when looked up */
-	IdemMachine *machine;
-	int			len;
-	char		name[IDEM_MAX_MACHINE_BYTES + 1];
-} CallCache;
-
-/*
- * The text arguments 1 .. nargs - 1 of a call, fetched (detoasted) before
- * the machine is looked up; NULL for a NULL argument.
- */
-static void
-text_args(FunctionCallInfo fcinfo, text **args, int nargs)
-{
-	for (int i = 1; i < nargs; i++)
-		args[i] = PG_ARGISNULL(i) ? NULL : PG_GETARG_TEXT_PP(i);
-}
-
-/*
- * The machine named by argument 0, through fn_extra: a repeated call with
- * the same name costs one memcmp until any definition changes.  Pinned
- * (idem_machine_pin): the caller unpins it before returning.  Fetch every
- * other argument first (text_args).
- */
-static IdemMachine *
-call_machine(FunctionCallInfo fcinfo, const char *fname)
-{
-	CallCache  *cc = (CallCache *) fcinfo->flinfo->fn_extra;
-	text	   *name;
-	const char *p;
-	int			len;
-	IdemMachine *m;
-	bool		cached;
-
-	if (PG_ARGISNULL(0))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("%s: machine must not be null", fname)));
-	name = PG_GETARG_TEXT_PP(0);
-	p = VARDATA_ANY(name);
-	len = VARSIZE_ANY_EXHDR(name);
-
-	idem_machine_pin();
-	if (cc != NULL && cc->gen == idem_machine_generation &&
-		cc->len == len && memcmp(cc->name, p, len) == 0)
-		return cc->machine;
-
-	m = idem_machine_get(idem_extension_schema(fcinfo), p, len, fname, &cached);
-	if (!cached)
-	{
-		/*
-		 * In parallel mode nothing is cached per backend: keep the machine
-		 * for the rest of this query.  Otherwise it raced with an
-		 * invalidation: use it for this call only.
-		 */
-		if (!IsInParallelMode())
-			return m;
-		idem_machine_set_parent(m, fcinfo->flinfo->fn_mcxt);
-	}
-	if (cc == NULL)
-	{
-		cc = MemoryContextAllocZero(fcinfo->flinfo->fn_mcxt, sizeof(CallCache));
-		fcinfo->flinfo->fn_extra = cc;
-	}
-	cc->gen = idem_machine_generation;
-	cc->machine = m;
-	cc->len = len;
-	memcpy(cc->name, p, len);
-	return m;
-}
 
 /* The state named by a text argument; 22023 when it is not a state. */
 static int
@@ -194,8 +123,8 @@ idem_can_transition(PG_FUNCTION_ARGS)
 	int			to;
 	bool		result;
 
-	text_args(fcinfo, args, 3);
-	m = call_machine(fcinfo, fname);
+	idem_call_text_args(fcinfo, args, 3);
+	m = idem_machine_of_call(fcinfo, fname);
 	if (args[1] == NULL || args[2] == NULL)
 		result = false;
 	else
@@ -226,8 +155,8 @@ transition_internal(FunctionCallInfo fcinfo, bool strict, const char *fname)
 	int			from;
 	int			to;
 
-	text_args(fcinfo, args, 3);
-	m = call_machine(fcinfo, fname);
+	idem_call_text_args(fcinfo, args, 3);
+	m = idem_machine_of_call(fcinfo, fname);
 	if (args[1] == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
@@ -322,8 +251,8 @@ idem_sources(PG_FUNCTION_ARGS)
 	int			to;
 	int			s;
 
-	text_args(fcinfo, args, 2);
-	m = call_machine(fcinfo, fname);
+	idem_call_text_args(fcinfo, args, 2);
+	m = idem_machine_of_call(fcinfo, fname);
 	if (args[1] == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
@@ -336,66 +265,6 @@ idem_sources(PG_FUNCTION_ARGS)
 			elems[count++] = CStringGetTextDatum(idem_machine_state_name(m, s));
 	idem_machine_unpin();
 	PG_RETURN_ARRAYTYPE_P(construct_array(elems, count, TEXTOID, -1, false, TYPALIGN_INT));
-}
-
-/*
- * The one rule of a guard, for idem_guard_allows (the WHEN condition) and
- * guard_trigger.c (which explains a refusal): the verdict on a row whose
- * status goes from `from` to `to` (NULL pointers for NULL values), or, for
- * an INSERT, enters the machine with `to`.  Values are compared bytewise.
- * Pure: no catalog access, no allocation.
- */
-IdemGuardVerdict
-idem_guard_verdict(const IdemMachine *m, const text *from, const text *to,
-				   bool insert)
-{
-	int			f;
-	int			t;
-
-	t = to == NULL ? -1 :
-		idem_machine_state(m, VARDATA_ANY(to), VARSIZE_ANY_EXHDR(to));
-	if (insert || from == NULL)
-	{
-		if (!insert && to == NULL)
-			return IDEM_GUARD_UNCHANGED;
-		return t >= 0 && idem_machine_is_initial(m, t) ?
-			IDEM_GUARD_ALLOWED : IDEM_GUARD_BAD_INITIAL;
-	}
-	if (to != NULL && VARSIZE_ANY_EXHDR(from) == VARSIZE_ANY_EXHDR(to) &&
-		memcmp(VARDATA_ANY(from), VARDATA_ANY(to), VARSIZE_ANY_EXHDR(to)) == 0)
-		return IDEM_GUARD_UNCHANGED;
-	if (t < 0)
-		return IDEM_GUARD_UNKNOWN_TO;
-	f = idem_machine_state(m, VARDATA_ANY(from), VARSIZE_ANY_EXHDR(from));
-	if (f < 0)
-		return IDEM_GUARD_UNKNOWN_FROM;
-	return idem_machine_allows(m, f, t) ? IDEM_GUARD_ALLOWED : IDEM_GUARD_UNDECLARED;
-}
-
-/*
- * idem_guard_allows(machine text, old_status text, new_status text)
- *   RETURNS boolean
- *
- * The rule of a guard (guard.c), evaluated in the WHEN condition of its
- * triggers: true when the value is unchanged (bytewise, NULL included),
- * when old_status is NULL and new_status is an initial state, or when
- * old_status -> new_status is declared; false otherwise, values that are
- * not states included (the trigger then fires and explains).  Fails with
- * 22004 (NULL machine), 22023/22001 (bad machine name), 42704 (no such
- * machine).
- */
-Datum
-idem_guard_allows(PG_FUNCTION_ARGS)
-{
-	text	   *args[3];
-	IdemMachine *m;
-	bool		result;
-
-	text_args(fcinfo, args, 3);
-	m = call_machine(fcinfo, "idem_guard_allows");
-	result = idem_guard_verdict(m, args[1], args[2], false) <= IDEM_GUARD_UNCHANGED;
-	idem_machine_unpin();
-	PG_RETURN_BOOL(result);
 }
 
 /*

@@ -238,6 +238,8 @@ purge_shmem_startup(void)
 	LWLockRelease(AddinShmemInitLock);
 }
 
+static void register_launcher(void);
+
 /*
  * Called from _PG_init: defines idempotency.purge_naptime,
  * purge_batch_size, purge_delay and purge_databases; when the library is
@@ -247,10 +249,6 @@ purge_shmem_startup(void)
 void
 idem_worker_init(void)
 {
-	BackgroundWorker w;
-	List	   *names;
-	bool		ok;
-
 	DefineCustomIntVariable("idempotency.purge_naptime",
 							"Time between two purge rounds of the background worker.",
 							"0 turns the background purge off.",
@@ -310,8 +308,20 @@ idem_worker_init(void)
 							   NULL,
 							   NULL);
 
-	if (!process_shared_preload_libraries_in_progress)
-		return;
+	if (process_shared_preload_libraries_in_progress)
+		register_launcher();
+}
+
+/*
+ * Preloading, with databases to purge: request the shared memory of the
+ * workers' slots and register the launcher.
+ */
+static void
+register_launcher(void)
+{
+	BackgroundWorker w;
+	List	   *names;
+	bool		ok;
 
 	names = database_list(purge_databases, &ok);
 	if (!ok || names == NIL)
@@ -568,6 +578,49 @@ spi_first_value(Oid type, const char *what)
 	return d;
 }
 
+/*
+ * One transaction of a purge round: idem_purge(batch) in the schema of
+ * the extension, its count in *removed.  Returns that schema, or
+ * InvalidOid when the extension is not installed in this database
+ * (nothing done then).
+ */
+static Oid
+purge_batch(int batch, int64 *removed)
+{
+	Oid			nsp = InvalidOid;
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	idem_spi_connect();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	pgstat_report_activity(STATE_RUNNING,
+						   psprintf("SELECT idem_purge(%d)", batch));
+
+	/*
+	 * Neither statement reads idem_records: pg_extension.extnamespace and
+	 * idem_purge's result are NOT NULL, of the types asked for.
+	 */
+	if (idem_query_exec(&q_extension_schema, PG_CATALOG_NAMESPACE,
+						NULL, NULL, true, 1) == 1)
+		nsp = DatumGetObjectId(spi_first_value(OIDOID, "extnamespace"));
+	if (OidIsValid(nsp))
+	{
+		Datum		values[1];
+
+		values[0] = Int32GetDatum(batch);
+		if (idem_query_exec(&q_purge_call, nsp, values, NULL, false, 1) != 1)
+			elog(ERROR, "idem_purge returned no row");
+		*removed = DatumGetInt64(spi_first_value(INT8OID, "idem_purge"));
+	}
+
+	SPI_finish();
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	pgstat_report_stat(false);
+	pgstat_report_activity(STATE_IDLE, NULL);
+	return nsp;
+}
+
 /* One round in the current database; see the header comment. */
 static void
 purge_round(PurgeSlot *slot, const char *dbname)
@@ -578,7 +631,7 @@ purge_round(PurgeSlot *slot, const char *dbname)
 	for (;;)
 	{
 		int			batch;
-		Oid			nsp = InvalidOid;
+		Oid			nsp;
 		int64		removed = 0;
 
 		CHECK_FOR_INTERRUPTS();
@@ -588,36 +641,7 @@ purge_round(PurgeSlot *slot, const char *dbname)
 			ProcessConfigFile(PGC_SIGHUP);
 		}
 		batch = purge_batch_size;
-
-		SetCurrentStatementStartTimestamp();
-		StartTransactionCommand();
-		idem_spi_connect();
-		PushActiveSnapshot(GetTransactionSnapshot());
-		pgstat_report_activity(STATE_RUNNING,
-							   psprintf("SELECT idem_purge(%d)", batch));
-
-		/*
-		 * Neither statement reads idem_records: pg_extension.extnamespace
-		 * and idem_purge's result are NOT NULL, of the types asked for.
-		 */
-		if (idem_query_exec(&q_extension_schema, PG_CATALOG_NAMESPACE,
-							NULL, NULL, true, 1) == 1)
-			nsp = DatumGetObjectId(spi_first_value(OIDOID, "extnamespace"));
-		if (OidIsValid(nsp))
-		{
-			Datum		values[1];
-
-			values[0] = Int32GetDatum(batch);
-			if (idem_query_exec(&q_purge_call, nsp, values, NULL, false, 1) != 1)
-				elog(ERROR, "idem_purge returned no row");
-			removed = DatumGetInt64(spi_first_value(INT8OID, "idem_purge"));
-		}
-
-		SPI_finish();
-		PopActiveSnapshot();
-		CommitTransactionCommand();
-		pgstat_report_stat(false);
-		pgstat_report_activity(STATE_IDLE, NULL);
+		nsp = purge_batch(batch, &removed);
 
 		if (!OidIsValid(nsp))
 		{

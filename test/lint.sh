@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# `make lint`: static analysis of src/*.c with cppcheck and clang-tidy.
-# Exits non-zero on any finding of either tool (and prints each finding as
-# file:line:column: severity: message [check]).
+# `make lint`: static analysis of src/*.c with cppcheck and clang-tidy,
+# and the shape of src/ (test/structure.sh: no circle of calls between
+# the files, no file over 750 lines, no function over 80, a shared header
+# under 200).  Exits non-zero on any finding of any tool (and prints each
+# finding of the first two as file:line:column: severity: message [check]).
 #
 # As root, installs cppcheck and clang-tidy (and PostgreSQL's server
 # headers) when they are missing; as another user it prints the apt-get
@@ -25,14 +27,14 @@
 #               (--inline-suppr is on), or, for clang-tidy, NOLINT(<check>).
 #
 # Environment:
-#   LINT_TOOLS="cppcheck clang-tidy"   run only some of the tools
+#   LINT_TOOLS="cppcheck clang-tidy structure"   run only some of the tools
 #   LINT_JOBS=N                        parallel jobs (default: nproc)
 set -u
 . "$(dirname "$0")/harness.sh"
 
 idem_setup cppcheck clang-tidy
 
-tools=${LINT_TOOLS:-"cppcheck clang-tidy"}
+tools=${LINT_TOOLS:-"cppcheck clang-tidy structure"}
 jobs=${LINT_JOBS:-$(nproc 2>/dev/null || echo 2)}
 inc_server=$("$IDEM_PG_CONFIG" --includedir-server)
 inc=$("$IDEM_PG_CONFIG" --includedir)
@@ -98,6 +100,10 @@ for tool in $tools; do
         else
             echo "clang-tidy: clean"
         fi
+        ;;
+    structure)
+        idem_log "structure of src/ (test/structure.sh)"
+        bash "$IDEM_TOP/test/structure.sh" || status=1
         ;;
     *)
         idem_die "unknown lint tool: $tool"

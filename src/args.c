@@ -1,14 +1,16 @@
 /*-------------------------------------------------------------------------
  *
- * idempotency.c
- *	  Module load (_PG_init, which also lets stats.c, worker.c and query.c
- *	  set themselves up), five of the ten idempotency.* settings
- *	  (default_ttl, log_duplicates, max_attempts, direct_claim,
- *	  autocommit_claims; stats.c defines stats_max_scopes and worker.c the
- *	  four purge_* settings), the argument validation that every
- *	  SQL-callable function of the extension shares, and the check of
- *	  idempotency.autocommit_claims (is a claim a statement of its own
- *	  outside a transaction block?).
+ * args.c
+ *	  The argument checks every SQL-callable function of the extension
+ *	  shares (scope, key, writability, the idempotency.autocommit_claims
+ *	  check: is a claim a statement of its own outside a transaction
+ *	  block?), the expiry of a new record (a ttl argument, or the setting
+ *	  idempotency.default_ttl, both defined here), the fingerprint digest,
+ *	  and idem_status_is_valid, the CHECK of idem_records.status.  Calls no
+ *	  other file of src/; called by the files with SQL-callable functions
+ *	  on records, machines and guards (claim.c, batch.c, lease.c,
+ *	  records.c, token.c, transition.c, guard.c) and by module.c's
+ *	  _PG_init (idem_args_init).
  *
  *	  Invariants:
  *	  - Validation happens before any SPI call or write, so bad input never
@@ -19,11 +21,8 @@
  *	    fail with SQLSTATE 25006 and a message naming the function.
  *	  - GUC state is per backend; nothing here touches shared memory, takes
  *	    a lock or reads a table (visibility does not arise).
- *	  - Every setting is defined at every load, preloaded or not, so that a
- *	    SET or ALTER SYSTEM of one is judged by its real rules rather than
- *	    refused as an unknown name under a reserved prefix (stats.c and
- *	    worker.c define their PGC_POSTMASTER settings as PGC_SIGHUP when
- *	    the library is loaded after startup, which PostgreSQL requires).
+ *	  - Both settings are defined at every load, preloaded or not (see
+ *	    module.c).
  *	  - Where a call can see how its ttl argument was written (a literal of
  *	    the statement a client sent), a bare number ('7', 7 seconds) is
  *	    refused; a ttl that arrives as a value cannot be told from
@@ -42,16 +41,12 @@
 #include "tcop/tcopprot.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
-#include "utils/inval.h"
 #include "utils/portal.h"
 #include "utils/timestamp.h"
 
 #include "idempotency.h"
 
-PG_MODULE_MAGIC;
-
-void		_PG_init(void);
-
+PG_FUNCTION_INFO_V1(idem_status_is_valid);
 
 /* idempotency.default_ttl, as text and as parsed by its check hook. */
 static char *default_ttl_string = NULL;
@@ -63,10 +58,6 @@ typedef struct TtlSetting
 } TtlSetting;
 
 static TtlSetting *default_ttl = NULL;
-
-bool		idem_direct_claim_enabled = true;
-bool		idem_log_duplicates = false;
-int			idem_max_attempts = 0;
 
 /* idempotency.autocommit_claims: what a claim that commits on its own does */
 typedef enum AutocommitClaims
@@ -187,36 +178,12 @@ assign_default_ttl(const char *newval, void *extra)
 	default_ttl = (TtlSetting *) extra;
 }
 
-/* The forget functions of the caches (direct.c, shard.c, citus_local.c...). */
-#define IDEM_MAX_RELCACHE_SUBSCRIBERS 8
-static IdemRelcacheForget relcache_subscribers[IDEM_MAX_RELCACHE_SUBSCRIBERS];
-static int	n_relcache_subscribers = 0;
-
-static void
-relcache_dispatch(Datum arg, Oid relid)
-{
-	for (int i = 0; i < n_relcache_subscribers; i++)
-		relcache_subscribers[i] (relid);
-}
-
 /*
- * Have forget(relid) called at every relcache invalidation (relid
- * InvalidOid: all relations).  Idempotent; a cache calls it before it
- * first fills itself.
+ * Define idempotency.default_ttl and idempotency.autocommit_claims
+ * (module.c's _PG_init).
  */
 void
-idem_relcache_subscribe(IdemRelcacheForget forget)
-{
-	for (int i = 0; i < n_relcache_subscribers; i++)
-		if (relcache_subscribers[i] == forget)
-			return;
-	if (n_relcache_subscribers == IDEM_MAX_RELCACHE_SUBSCRIBERS)
-		elog(ERROR, "too many relcache subscribers");
-	relcache_subscribers[n_relcache_subscribers++] = forget;
-}
-
-void
-_PG_init(void)
+idem_args_init(void)
 {
 	DefineCustomStringVariable("idempotency.default_ttl",
 							   "Retention of an idempotency key when idem_claim is given no ttl.",
@@ -228,41 +195,6 @@ _PG_init(void)
 							   check_default_ttl,
 							   assign_default_ttl,
 							   NULL);
-
-	DefineCustomBoolVariable("idempotency.log_duplicates",
-							 "Logs one line for each duplicate claim of an idempotency key.",
-							 NULL,
-							 &idem_log_duplicates,
-							 false,
-							 PGC_SUSET,
-							 0,
-							 NULL,
-							 NULL,
-							 NULL);
-
-	DefineCustomIntVariable("idempotency.max_attempts",
-							"Retryable failures after which a leased record becomes permanently failed.",
-							"0 means unlimited.",
-							&idem_max_attempts,
-							0,
-							0,
-							INT_MAX,
-							PGC_USERSET,
-							0,
-							NULL,
-							NULL,
-							NULL);
-
-	DefineCustomBoolVariable("idempotency.direct_claim",
-							 "Lets idem_claim insert and read records without SPI where it can.",
-							 "Off: every claim runs its statements through SPI (for diagnosis; slower, same results).",
-							 &idem_direct_claim_enabled,
-							 true,
-							 PGC_USERSET,
-							 0,
-							 NULL,
-							 NULL,
-							 NULL);
 
 	DefineCustomEnumVariable("idempotency.autocommit_claims",
 							 "What idem_claim does when its claim commits on its own: allow, warn or error.",
@@ -276,14 +208,6 @@ _PG_init(void)
 							 NULL,
 							 NULL,
 							 NULL);
-
-	idem_stats_init();
-	idem_worker_init();
-
-	MarkGUCPrefixReserved("idempotency");
-
-	idem_query_init();
-	CacheRegisterRelcacheCallback(relcache_dispatch, (Datum) 0);
 }
 
 /*
@@ -641,8 +565,6 @@ idem_timestamptz_cstring(TimestampTz ts)
  * CHECK constraint of idem_records.  STRICT (NULL gives NULL, which a
  * CHECK accepts; the column is NOT NULL).  Never fails.
  */
-PG_FUNCTION_INFO_V1(idem_status_is_valid);
-
 Datum
 idem_status_is_valid(PG_FUNCTION_ARGS)
 {

@@ -1,0 +1,64 @@
+/*-------------------------------------------------------------------------
+ *
+ * module.c
+ *	  The library's entry: PG_MODULE_MAGIC, and _PG_init, which lets each
+ *	  file that keeps state set itself up.  Nothing else lives here, and
+ *	  no file of src/ calls into this one, so the calls between the files
+ *	  form no circle (test/structure.sh checks that).
+ *
+ *	  What _PG_init does, in order:
+ *	  - defines every idempotency.* setting, each in the file that reads
+ *	    it: default_ttl and autocommit_claims (args.c), log_duplicates
+ *	    (claim.c), direct_claim (direct.c), max_attempts (lease.c),
+ *	    stats_max_scopes (stats.c, which also requests its shared memory
+ *	    when preloaded) and the purge_* settings (worker.c, which also
+ *	    registers the launcher when preloaded);
+ *	  - reserves the prefix "idempotency", after the last of them;
+ *	  - sets up query.c's invalidation callbacks, takes the relcache
+ *	    callback (relcache.c) and subscribes the caches to it: shard.c,
+ *	    direct.c, citus_local.c, machine_cache.c, guard_cache.c.
+ *
+ *	  Invariants: every setting is defined at every load, preloaded or
+ *	  not, so that a SET or ALTER SYSTEM of one is judged by its real rules
+ *	  rather than refused as an unknown name under a reserved prefix
+ *	  (stats.c and worker.c define their PGC_POSTMASTER settings as
+ *	  PGC_SIGHUP when the library is loaded after startup, which PostgreSQL
+ *	  requires).  _PG_init may run in the postmaster (shared_preload_libraries):
+ *	  nothing it calls allocates in CacheMemoryContext or reads a catalog.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "fmgr.h"
+#include "utils/guc.h"
+
+#include "idempotency.h"
+#include "citus.h"
+#include "claim.h"
+#include "guard.h"
+#include "machine.h"
+
+PG_MODULE_MAGIC;
+
+void		_PG_init(void);
+
+void
+_PG_init(void)
+{
+	idem_args_init();
+	idem_claim_init();
+	idem_lease_init();
+	idem_direct_init();
+	idem_stats_init();
+	idem_worker_init();
+
+	MarkGUCPrefixReserved("idempotency");
+
+	idem_query_init();
+	idem_relcache_init();
+	idem_shard_init();
+	idem_citus_local_init();
+	idem_machine_cache_init();
+	idem_guard_cache_init();
+}

@@ -52,7 +52,7 @@ PGXS := $(shell $(PG_CONFIG) --pgxs 2>/dev/null)
 #   make dbdev     build/dbdev/idempotency/, the database.dev package (Supabase):
 #                  control file, install and upgrade scripts, README.md; publish
 #                  it with `dbdev publish --path build/dbdev/idempotency`
-#   make test-portable  test/portable.sh: both against PostgreSQL 15 (or the
+#   make test-portable  test/scripts/portable.sh: both against PostgreSQL 15 (or the
 #                  plain script against PORTABLE_PG_CONFIG's), upgrades, pg_cron,
 #                  and the catalog parity with the C edition
 PORTABLE_GEN = perl sql/portable/generate.pl
@@ -120,37 +120,37 @@ dbdev: portable-always
 	@mv $(DBDEV_DIR).tmp $(DBDEV_DIR)
 
 test-portable:
-	@bash test/portable.sh
+	@bash test/scripts/portable.sh
 
 portable-always:
 
 demo:
-	@PG_CONFIG=$(PG_CONFIG) bash test/demo.sh
+	@PG_CONFIG=$(PG_CONFIG) bash test/scripts/demo.sh
 
 test:
-	@PG_CONFIG=$(PG_CONFIG) bash test/run.sh
+	@PG_CONFIG=$(PG_CONFIG) bash test/scripts/run.sh
 
-# Every suite on PostgreSQL 15 to 19 (test/matrix.sh says how to choose).
+# Every suite on PostgreSQL 15 to 19 (test/scripts/matrix.sh says how to choose).
 test-matrix:
-	@bash test/matrix.sh
+	@bash test/scripts/matrix.sh
 
 lint:
-	@PG_CONFIG=$(PG_CONFIG) bash test/lint.sh
+	@PG_CONFIG=$(PG_CONFIG) bash test/scripts/lint.sh
 
 bench:
 	@PG_CONFIG=$(PG_CONFIG) bash bench/run.sh
 
 # How many seeded bugs the suites catch (test/mutants/mutants.txt).
 mutate:
-	@PG_CONFIG=$(PG_CONFIG) bash test/mutate.sh
+	@PG_CONFIG=$(PG_CONFIG) bash test/scripts/mutate.sh
 
 soak:
-	@PG_CONFIG=$(PG_CONFIG) bash test/soak.sh
+	@PG_CONFIG=$(PG_CONFIG) bash test/scripts/soak.sh
 
 sanitize:
-	@PG_CONFIG=$(PG_CONFIG) bash test/sanitize.sh
+	@PG_CONFIG=$(PG_CONFIG) bash test/scripts/sanitize.sh
 
-# `make deb`: build/deb/postgresql-NN-idempotency_*.deb via dpkg-buildpackage in a throwaway copy (tested by test/deb.sh).
+# `make deb`: build/deb/postgresql-NN-idempotency_*.deb via dpkg-buildpackage in a throwaway copy (tested by test/scripts/deb.sh).
 DEB_DIR = build/deb
 DEB_SRC = $(DEB_DIR)/src/idempotency-$(EXTVERSION)
 deb:

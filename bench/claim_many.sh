@@ -22,7 +22,7 @@
 # Usage: bash bench/claim_many.sh        (KEYS=500 ROUNDS=7 TX=20 by default)
 #        KEEP_WORK=1 keeps the work directory.
 set -u
-. "$(dirname "$0")/../test/harness.sh"
+. "$(dirname "$0")/../test/scripts/harness.sh"
 
 KEYS=${KEYS:-500}
 ROUNDS=${ROUNDS:-7}

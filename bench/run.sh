@@ -64,7 +64,7 @@
 # (about 11 minutes; 5 with BENCH_SYNC=off):
 #   BENCH_SECONDS=3 BENCH_WARMUP=1 BENCH_SCALE_ROWS=1000000 make bench
 set -u
-. "$(dirname "$0")/../test/harness.sh"
+. "$(dirname "$0")/../test/scripts/harness.sh"
 
 BENCH_SECONDS=${BENCH_SECONDS:-8}
 BENCH_ROUNDS=${BENCH_ROUNDS:-3}
@@ -131,7 +131,7 @@ idem_work_trap stop_purger
 
 log() { idem_log "$(date +%H:%M:%S) $*"; }
 
-# A private installation (test/harness.sh): nothing on the system is written.
+# A private installation (test/scripts/harness.sh): nothing on the system is written.
 IDEM_PRIVATE_BUILD=$BENCH_BUILD idem_private_install "$WORK"
 
 REV=$(git -C "$IDEM_TOP" rev-parse --short HEAD 2>/dev/null || echo unknown)

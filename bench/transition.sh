@@ -40,7 +40,7 @@
 # Environment: ROUNDS (default 5), CLIENTS (2), TXNS per client (20000),
 # ROWS (1000000), BULK_ROWS (100000), BULK_ROUNDS (7).
 set -u
-. "$(dirname "$0")/../test/harness.sh"
+. "$(dirname "$0")/../test/scripts/harness.sh"
 
 ROUNDS=${ROUNDS:-5}
 CLIENTS=${CLIENTS:-2}

@@ -19,7 +19,7 @@
 # Usage: bash examples/run.sh [-v] [meta|python|node|java|http ...]   (default: all)
 #   -v   also print what each example printed
 #
-# With PGHOST set (as test/harness.sh's idem_cluster_start exports it), the
+# With PGHOST set (as test/scripts/harness.sh's idem_cluster_start exports it), the
 # examples use that server, which must have the extension installed.
 # Without PGHOST, this builds and installs the extension and starts a
 # throwaway cluster, removed again on exit.  As root, the Debian packages
@@ -28,8 +28,8 @@
 # throwaway cluster (running; how to reach and stop it is printed).
 set -u
 EXAMPLES=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-# shellcheck source=test/harness.sh
-. "$EXAMPLES/../test/harness.sh"
+# shellcheck source=test/scripts/harness.sh
+. "$EXAMPLES/../test/scripts/harness.sh"
 TOP=$IDEM_TOP
 
 verbose=0

@@ -4,7 +4,7 @@
  *	  The library's entry: PG_MODULE_MAGIC, and _PG_init, which lets each
  *	  file that keeps state set itself up.  Nothing else lives here, and
  *	  no file of src/ calls into this one, so the calls between the files
- *	  form no circle (test/structure.sh checks that).
+ *	  form no circle (test/scripts/structure.sh checks that).
  *
  *	  What _PG_init does, in order:
  *	  - defines every idempotency.* setting, each in the file that reads

@@ -1,5 +1,5 @@
 -- catalog.sql: one line per object of the idempotency extension in the
--- schema :'schema', for the catalog-parity check of test/portable.sh
+-- schema :'schema', for the catalog-parity check of test/scripts/portable.sh
 -- (C edition against portable edition):
 --     KIND:NAME <tab> ATTRIBUTES
 -- Functions: identity arguments, arguments with defaults, result, kind,
@@ -7,7 +7,7 @@
 -- set-returning, ROWS, SET options, comment, privileges.  Not compared,
 -- by design (the portable edition changes exactly these): the language,
 -- the body (prosrc, probin) and the cost (sql/portable/exceptions.txt,
--- "catalog-attribute" lines, which test/portable.sh passes as :'ignore').
+-- "catalog-attribute" lines, which test/scripts/portable.sh passes as :'ignore').
 -- Tables, views, sequences, types: columns (type, collation, NOT NULL,
 -- default, identity), constraints, indexes, triggers, options, comments,
 -- privileges.  The owner is written OWNER, so that an extension created by

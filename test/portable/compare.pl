@@ -1,6 +1,6 @@
 #!/usr/bin/env perl
 # compare.pl C_CATALOG OTHER_CATALOG EXCEPTIONS EDITION
-# The catalog-parity check of test/portable.sh: the lines of
+# The catalog-parity check of test/scripts/portable.sh: the lines of
 # test/portable/catalog.sql for the C edition and for the portable
 # EDITION (tle or plain) must agree, object by object, but for what
 # sql/portable/exceptions.txt lists:

@@ -1,6 +1,6 @@
 #!/usr/bin/env perl
 # context_filter.pl: pg_regress's --launcher for runs against the portable
-# edition (test/portable.sh).  Runs the psql command line it is given, with
+# edition (test/scripts/portable.sh).  Runs the psql command line it is given, with
 # stderr joined to stdout as pg_regress does, and removes from the output
 # the one CONTEXT line that PL/pgSQL adds to an error its RAISE statement
 # raised in a function of the extension:

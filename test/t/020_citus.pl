@@ -1,7 +1,7 @@
 # Citus: a local cluster (coordinator and two workers on three ports), the
 # extension's tables made Citus tables with idem_distribute(), and what
 # holds through the coordinator with idem_records distributed by key
-# (docs/citus.md).  Skipped when citus.so is not installed (test/citus.sh
+# (docs/citus.md).  Skipped when citus.so is not installed (test/scripts/citus.sh
 # builds it for PostgreSQL 15-17).
 use strict;
 use warnings;

@@ -22,7 +22,7 @@
 # OUTBOX_BENCH_CLIENTS [2] producers; KEEP_WORK=1 keeps the work directory.
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
-. "$HERE/../../../test/harness.sh"
+. "$HERE/../../../test/scripts/harness.sh"
 
 T=${OUTBOX_BENCH_SECONDS:-10}
 ROUNDS=${OUTBOX_BENCH_ROUNDS:-2}

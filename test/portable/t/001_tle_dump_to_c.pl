@@ -9,7 +9,7 @@
 # the portable idem_guard made are real guards of the C edition (they
 # refuse, count for idem_machine_drop, and are found by idem_unguard).
 #
-# Run by test/portable.sh (step "tap") with:
+# Run by test/scripts/portable.sh (step "tap") with:
 #   IDEM_TLE_INSTALL  an installation with pg_tle and without the C edition
 #   IDEM_C_INSTALL    an installation with the C edition
 #   IDEM_TLE_FILE     build/tle/idempotency--pgtle.sql
@@ -23,7 +23,7 @@ use Test::More;
 
 my ($tle_install, $c_install, $tle_file) =
   @ENV{qw(IDEM_TLE_INSTALL IDEM_C_INSTALL IDEM_TLE_FILE)};
-plan skip_all => 'needs pg_tle (IDEM_TLE_INSTALL, IDEM_C_INSTALL, IDEM_TLE_FILE: test/portable.sh sets them where pg_tle is installed)'
+plan skip_all => 'needs pg_tle (IDEM_TLE_INSTALL, IDEM_C_INSTALL, IDEM_TLE_FILE: test/scripts/portable.sh sets them where pg_tle is installed)'
   unless $tle_install && $c_install && $tle_file;
 
 my $tmp = PostgreSQL::Test::Utils::tempdir;

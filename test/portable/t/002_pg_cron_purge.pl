@@ -11,7 +11,7 @@
 # stay.  pg_cron 1.4 schedules by the minute, so the test waits until they
 # are gone (at most 150 s, no timing asserted).
 #
-# Run by test/portable.sh (step "tap") with:
+# Run by test/scripts/portable.sh (step "tap") with:
 #   IDEM_PORTABLE_INSTALL  the installation (pg_cron in it, no C edition)
 #   IDEM_CRON=1            pg_cron is installed there
 #   IDEM_PLAIN_FILE        build/portable/idempotency-portable--VERSION.sql
@@ -27,7 +27,7 @@ use Test::More;
 use Time::HiRes qw(usleep);
 
 my ($install, $tle_file, $plain_file) = @ENV{qw(IDEM_PORTABLE_INSTALL IDEM_TLE_FILE IDEM_PLAIN_FILE)};
-plan skip_all => 'needs pg_cron (postgresql-NN-cron; test/portable.sh installs it as root on Debian\'s PostgreSQL)'
+plan skip_all => 'needs pg_cron (postgresql-NN-cron; test/scripts/portable.sh installs it as root on Debian\'s PostgreSQL)'
   unless $ENV{IDEM_CRON} && $install && $plain_file;
 
 # The job (the purge as its schedule runs it) and the schedules, as

@@ -16,7 +16,7 @@
 
 set -o pipefail
 
-IDEM_TOP=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+IDEM_TOP=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 
 idem_log() { printf '== %s\n' "$*" >&2; }
 idem_die() { printf 'error: %s\n' "$*" >&2; exit 1; }

@@ -12,7 +12,7 @@
 #                                  NEW's tap suite, from a cluster of OLD
 #                                  (empty: not run)
 #   MATRIX_CITUS=""                majors with Citus (15 to 17; CI: "15 16
-#                                  17"): test/citus.sh builds Citus into
+#                                  17"): test/scripts/citus.sh builds Citus into
 #                                  each when it is missing (as root, about
 #                                  5 minutes, once), and a quick major runs
 #                                  the Citus TAP tests (test/t/*citus*.pl)
@@ -29,7 +29,7 @@
 #
 # PostgreSQL 15 is Debian 12's (installed when missing, as root).  A major
 # that is neither in the cache nor buildable is reported as missing, and
-# the run fails.  Each major's run is `bash test/run.sh` with PG_CONFIG set,
+# the run fails.  Each major's run is `bash test/scripts/run.sh` with PG_CONFIG set,
 # so it builds into a private installation and writes nothing else.
 set -u
 . "$(dirname "$0")/harness.sh"
@@ -94,9 +94,9 @@ run_major() { # v kind
         return
     fi
     if citus_major "$v"; then
-        PG_CONFIG="$pgc" bash "$IDEM_TOP/test/citus.sh" >&2
+        PG_CONFIG="$pgc" bash "$IDEM_TOP/test/scripts/citus.sh" >&2
         if [ ! -f "$("$pgc" --pkglibdir)/citus.so" ]; then
-            rows+=("$(printf '%-4s %-6s %s' "$v" "$kind" "missing: citus.so (test/citus.sh did not install it, see above)")")
+            rows+=("$(printf '%-4s %-6s %s' "$v" "$kind" "missing: citus.so (test/scripts/citus.sh did not install it, see above)")")
             total_f=$((total_f + 1))
         fi
     fi
@@ -117,7 +117,7 @@ run_major() { # v kind
     log=$(mktemp "${TMPDIR:-/tmp}/idem-matrix-$v.XXXXXX")
     t0=$(date +%s)
     idem_log "PostgreSQL $v: ${suites[*]:-every suite}"
-    env PG_CONFIG="$pgc" "${extra[@]}" bash "$IDEM_TOP/test/run.sh" "${suites[@]}" 2>&1 | tee "$log"
+    env PG_CONFIG="$pgc" "${extra[@]}" bash "$IDEM_TOP/test/scripts/run.sh" "${suites[@]}" 2>&1 | tee "$log"
     line=$(grep -E '^[0-9]+ passed, [0-9]+ failed(, [0-9]+ skipped)?$' "$log" | tail -n 1)
     [ -n "$line" ] || line="0 passed, 1 failed"
     total_p=$((total_p + ${line%% passed*}))

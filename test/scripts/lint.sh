@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make lint`: static analysis of src/*.c with cppcheck and clang-tidy,
-# and the shape of src/ (test/structure.sh: no circle of calls between
+# and the shape of src/ (test/scripts/structure.sh: no circle of calls between
 # the files, no file over 750 lines, no function over 80, a shared header
 # under 200).  Exits non-zero on any finding of any tool (and prints each
 # finding of the first two as file:line:column: severity: message [check]).
@@ -102,8 +102,8 @@ for tool in $tools; do
         fi
         ;;
     structure)
-        idem_log "structure of src/ (test/structure.sh)"
-        bash "$IDEM_TOP/test/structure.sh" || status=1
+        idem_log "structure of src/ (test/scripts/structure.sh)"
+        bash "$IDEM_TOP/test/scripts/structure.sh" || status=1
         ;;
     *)
         idem_die "unknown lint tool: $tool"

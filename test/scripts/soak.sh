@@ -10,7 +10,7 @@
 #                       rerun one with IDEM_MODEL_SEED=<seed>)
 # Prints one summary line per run and exits non-zero if any failed.
 set -u
-cd "$(dirname "$0")/.." || exit 1
+cd "$(dirname "$0")/../.." || exit 1
 
 export SOAK=1
 export SOAK_SECONDS=${SOAK_SECONDS:-300}
@@ -20,14 +20,14 @@ seeds=${SOAK_MODEL_SEEDS:-"$now $((now + 1)) $((now + 2))"}
 status=0
 results=()
 
-TAP_TESTS="test/t/010_crash_recovery.pl test/t/011_soak.pl" bash test/run.sh tap
+TAP_TESTS="test/t/010_crash_recovery.pl test/t/011_soak.pl" bash test/scripts/run.sh tap
 rc=$?
 results+=("crash recovery and soak: $([ $rc -eq 0 ] && echo passed || echo FAILED)")
 [ $rc -eq 0 ] || status=1
 
 for seed in $seeds; do
     echo "== model-based run with IDEM_MODEL_SEED=$seed"
-    IDEM_MODEL_SEED=$seed TAP_TESTS=test/t/012_model.pl bash test/run.sh tap
+    IDEM_MODEL_SEED=$seed TAP_TESTS=test/t/012_model.pl bash test/scripts/run.sh tap
     rc=$?
     results+=("model, IDEM_MODEL_SEED=$seed: $([ $rc -eq 0 ] && echo passed || echo FAILED)")
     [ $rc -eq 0 ] || status=1

@@ -6,11 +6,11 @@
 #   tap        TAP tests in test/t (each starts its own clusters)
 #   examples   the client examples in examples/ and the META.json check
 #   docs       every SQL block of README.md and docs/*.md, and their links
-#              (test/doctest.sh)
-#   lint       cppcheck and clang-tidy on src/ (test/lint.sh)
+#              (test/scripts/doctest.sh)
+#   lint       cppcheck and clang-tidy on src/ (test/scripts/lint.sh)
 # Prints a summary and exits non-zero when anything failed.
 #
-# Usage: bash test/run.sh [suite...]     (default: every suite)
+# Usage: bash test/scripts/run.sh [suite...]     (default: every suite)
 set -u
 . "$(dirname "$0")/harness.sh"
 
@@ -18,12 +18,12 @@ suites=("$@")
 [ ${#suites[@]} -gt 0 ] || suites=(lint regress isolation tap examples docs)
 
 # Everything a run installs (as root, when missing) is installed and named
-# at its start, those of test/lint.sh and examples/run.sh too (keep these
+# at its start, those of test/scripts/lint.sh and examples/run.sh too (keep these
 # lists in step with theirs).
 extra_packages=()
 for suite in "${suites[@]}"; do
     if [ "$suite" = lint ]; then
-        extra_packages+=(cppcheck clang-tidy)          # test/lint.sh
+        extra_packages+=(cppcheck clang-tidy)          # test/scripts/lint.sh
     fi
     if [ "$suite" = examples ]; then
         extra_packages+=(python3 python3-psycopg2 default-jdk-headless libpostgresql-jdbc-java)
@@ -39,7 +39,7 @@ idem_work_trap
 
 idem_private_install "$WORK"
 
-# An older major for the pg_upgrade TAP test (test/matrix.sh sets it).
+# An older major for the pg_upgrade TAP test (test/scripts/matrix.sh sets it).
 IDEM_OLD_BINDIR=
 if [ -n "${IDEM_UPGRADE_FROM:-}" ]; then
     (IDEM_PG_CONFIG=$IDEM_UPGRADE_FROM && idem_private_install "$WORK/old" && echo "$IDEM_BINDIR" >"$WORK/old.bindir") \
@@ -185,7 +185,7 @@ for suite in "${suites[@]}"; do
         ;;
     docs)
         idem_log "suite docs"
-        IDEM_DOCTEST_INSTALLED=1 bash "$IDEM_TOP/test/doctest.sh" 2>&1 | tee "$WORK/docs.log"
+        IDEM_DOCTEST_INSTALLED=1 bash "$IDEM_TOP/test/scripts/doctest.sh" 2>&1 | tee "$WORK/docs.log"
         rc=${PIPESTATUS[0]}
         read -r p f < <(count_results "$WORK/docs.log")
         if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
@@ -196,7 +196,7 @@ for suite in "${suites[@]}"; do
         ;;
     lint)
         idem_log "suite lint"
-        if bash "$IDEM_TOP/test/lint.sh"; then record lint 1 0; else record lint 0 1; fi
+        if bash "$IDEM_TOP/test/scripts/lint.sh"; then record lint 1 0; else record lint 0 1; fi
         ;;
     *)
         idem_die "unknown suite: $suite"

@@ -41,10 +41,10 @@ PG15_CONFIG=/usr/lib/postgresql/15/bin/pg_config
 DEPS="build-essential dpkg-dev fakeroot debhelper postgresql-server-dev-all postgresql-15 git make"
 
 if [ "$(id -u)" -ne 0 ] || ! command -v dpkg >/dev/null || ! command -v apt-get >/dev/null; then
-    echo "test/deb.sh needs Debian (12) and root: it installs build dependencies" >&2
+    echo "test/scripts/deb.sh needs Debian (12) and root: it installs build dependencies" >&2
     echo "($DEPS)," >&2
     echo "installs and removes the package $PKG, and runs a cluster as postgres." >&2
-    echo "Run it as root: sudo bash test/deb.sh" >&2
+    echo "Run it as root: sudo bash test/scripts/deb.sh" >&2
     exit 1
 fi
 

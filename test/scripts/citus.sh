@@ -14,8 +14,8 @@
 # private installation at each run, so a citus.so installed here is seen by
 # the tests.
 #
-# Usage: [PG_CONFIG=...] bash test/citus.sh
-# (CI: test/matrix.sh calls it for each major of MATRIX_CITUS, with that
+# Usage: [PG_CONFIG=...] bash test/scripts/citus.sh
+# (CI: test/scripts/matrix.sh calls it for each major of MATRIX_CITUS, with that
 # major's PG_CONFIG, before the major's suites.)
 set -u
 . "$(dirname "$0")/harness.sh"

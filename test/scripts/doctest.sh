@@ -47,10 +47,10 @@
 # followed by what differs, then a count of the blocks, and exits non-zero
 # when a page failed.
 #
-# Usage: bash test/doctest.sh [page.md ...]   (default: README.md docs/*.md)
+# Usage: bash test/scripts/doctest.sh [page.md ...]   (default: README.md docs/*.md)
 # Named pages run in the same order, after README.md (which runs first
 # whether named or not, as the pages assume it).  Run by
-# `bash test/run.sh docs` (suite docs of make test), which provides the
+# `bash test/scripts/run.sh docs` (suite docs of make test), which provides the
 # private installation; run alone, it builds one itself.
 set -u
 . "$(dirname "$0")/harness.sh"

@@ -53,7 +53,7 @@ PY
     fi
     t0=$(date +%s)
     # shellcheck disable=SC2086
-    if bash "$tree/test/run.sh" $suites >"$work/m$n.log" 2>&1; then
+    if bash "$tree/test/scripts/run.sh" $suites >"$work/m$n.log" 2>&1; then
         result=SURVIVED; survived=$((survived + 1))
     else
         result=caught; caught=$((caught + 1))

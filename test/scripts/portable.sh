@@ -60,7 +60,7 @@
 # source (a user's clone has no ../shared) the pg_tle steps are reported
 # skipped.  Errors raised by a RAISE of the portable functions carry one
 # more CONTEXT line, which test/portable/context_filter.pl removes.
-# Ends with "N passed, N failed[, N skipped]" as test/run.sh; KEEP_WORK=1
+# Ends with "N passed, N failed[, N skipped]" as test/scripts/run.sh; KEEP_WORK=1
 # keeps the work directory.
 set -u
 . "$(dirname "$0")/harness.sh"
@@ -342,12 +342,12 @@ sed -i "s/^default_version *=.*/default_version = '$NEXT'/" "$NEXTDIR/idempotenc
 next_sql() { # the objects release NEXT adds, in the form of the extension script
     cat <<EOF
 
--- The synthetic release $NEXT of test/portable.sh.
+-- The synthetic release $NEXT of test/scripts/portable.sh.
 CREATE FUNCTION @extschema@.idem_synthetic_next()
 RETURNS pg_catalog.text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS \$\$ SELECT '$NEXT'::pg_catalog.text \$\$;
-COMMENT ON FUNCTION @extschema@.idem_synthetic_next() IS 'test/portable.sh: the synthetic release';
+COMMENT ON FUNCTION @extschema@.idem_synthetic_next() IS 'test/scripts/portable.sh: the synthetic release';
 CREATE TABLE @extschema@.idem_synthetic_next (k pg_catalog.text PRIMARY KEY);
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.idem_synthetic_next', '');
 EOF

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The shape of src/: `make lint` runs it as the tool "structure"
-# (LINT_TOOLS=structure bash test/lint.sh), or run it alone:
-#   bash test/structure.sh [objects...]
-#   STRUCTURE_GRAPH=1 bash test/structure.sh   also prints each file's
+# (LINT_TOOLS=structure bash test/scripts/lint.sh), or run it alone:
+#   bash test/scripts/structure.sh [objects...]
+#   STRUCTURE_GRAPH=1 bash test/scripts/structure.sh   also prints each file's
 #                                              callees (file -> files)
 #
 # Fails (exit 1), printing what is wrong, when

@@ -6,9 +6,9 @@
 --
 -- Not tested here, because pg_regress cannot do it deterministically (no
 -- timing assertions): that the compile is near-linear and cancellable.
--- machine.c calls CHECK_FOR_INTERRUPTS in every loop over a definition's
+-- machine_compile.c calls CHECK_FOR_INTERRUPTS in every loop over a definition's
 -- elements; the figures (compile times, statement_timeout) are measured
--- by hand, see the header of src/machine.c.
+-- by hand, see the header of src/machine_compile.c.
 -- Creates machines and a table starting with "l_" and drops them.
 
 \getenv abs_srcdir PG_ABS_SRCDIR

@@ -36,11 +36,25 @@
  *	  quiet rounds until it is (the "warned" flag lives in shared memory,
  *	  because each round is a new process).
  *
+ *	  The outbox: after the records, the same round runs
+ *	  idem_outbox_purge(idempotency.purge_batch_size) the same way (one
+ *	  batch per transaction, purge_delay apart, until a batch removes fewer
+ *	  than the batch size; one LOG line with its own total).  It deletes
+ *	  only messages past their topic's retention that every subscribed
+ *	  consumer group has acknowledged, and skips locked rows too.  It runs
+ *	  only when the extension's schema holds idem_outbox_purge(int4) as a
+ *	  member of the extension (an extension not yet upgraded to 0.5.0 has
+ *	  none: the phase is skipped quietly; a function of that name that is
+ *	  not the extension's is never run, since the worker is a superuser).
+ *	  The SQL-level idem_purge() does not call it: a scheduler calls both.
+ *
  *	  Errors: an ERROR in a background worker becomes FATAL (there is no
  *	  outer error handler), which aborts the batch's transaction and ends
  *	  the round's process; the launcher starts the next round one naptime
  *	  later, so a persistent failure is reported once per naptime, never in
- *	  a tight loop, and never restarts the server.  The launcher itself is
+ *	  a tight loop, and never restarts the server.  The records come first
+ *	  in every round, so an outbox that fails to purge does not stop the
+ *	  records' purge (its batches are committed by then).  The launcher itself is
  *	  restarted by the postmaster after LAUNCHER_RESTART_SECONDS if it dies.
  *
  *	  Uniqueness: shared memory holds one slot per listed database with the
@@ -53,7 +67,8 @@
  *
  *	  Settings: idempotency.purge_databases is fixed at server start;
  *	  purge_naptime, purge_batch_size and purge_delay are re-read on SIGHUP, by the
- *	  launcher and between batches by a running round; naptime 0 stops
+ *	  launcher and between batches (of records and of the outbox) by a
+ *	  running round; naptime 0 stops
  *	  purging (the launcher sleeps until the next reload).
  *
  *	  Signals: SIGHUP sets ConfigReloadPending; SIGTERM is die(), so both
@@ -151,6 +166,31 @@ static IdemQuery q_extension_schema = {
 
 static IdemQuery q_purge_call = {
 	"SELECT @extschema@.idem_purge($1)",
+	1, {INT4OID}
+};
+
+/*
+ * Whether the extension in schema $1 has idem_outbox_purge(int4) (0.5.0
+ * on): that very function, a member of the extension, so that a function
+ * of that name someone else created in the schema is never run by the
+ * worker (a superuser).
+ */
+static IdemQuery q_outbox_present = {
+	"SELECT EXISTS (SELECT FROM pg_catalog.pg_namespace n"
+	" JOIN pg_catalog.pg_depend d"
+	"   ON d.objid OPERATOR(pg_catalog.=) pg_catalog.to_regprocedure(pg_catalog.format("
+	"        '%I.idem_outbox_purge(pg_catalog.int4)', n.nspname))::pg_catalog.oid"
+	" JOIN pg_catalog.pg_extension e ON e.oid OPERATOR(pg_catalog.=) d.refobjid"
+	" WHERE n.oid OPERATOR(pg_catalog.=) $1"
+	"   AND d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass"
+	"   AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass"
+	"   AND d.deptype OPERATOR(pg_catalog.=) 'e'"
+	"   AND e.extname OPERATOR(pg_catalog.=) 'idempotency')",
+	1, {OIDOID}
+};
+
+static IdemQuery q_outbox_purge_call = {
+	"SELECT @extschema@.idem_outbox_purge($1)",
 	1, {INT4OID}
 };
 
@@ -568,18 +608,87 @@ spi_first_value(Oid type, const char *what)
 	return d;
 }
 
-/* One round in the current database; see the header comment. */
-static void
-purge_round(PurgeSlot *slot, const char *dbname)
+/* What one batch of a round found. */
+typedef enum PurgeBatch
 {
-	int64		total = 0;
-	int			batches = 0;
+	BATCH_DONE,					/* ran; *removed is its count */
+	BATCH_NO_EXTENSION,			/* the extension is not installed */
+	BATCH_NO_FUNCTION			/* outbox: the extension has no outbox */
+} PurgeBatch;
 
+/*
+ * One batch in its own transaction: idem_purge(batch), or with outbox
+ * idem_outbox_purge(batch), in the schema of the extension.
+ */
+static PurgeBatch
+purge_batch(bool outbox, int batch, int64 *removed)
+{
+	PurgeBatch	result = BATCH_NO_EXTENSION;
+	Oid			nsp = InvalidOid;
+	const char *fname = outbox ? "idem_outbox_purge" : "idem_purge";
+
+	*removed = 0;
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	idem_spi_connect();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	pgstat_report_activity(STATE_RUNNING,
+						   psprintf("SELECT %s(%d)", fname, batch));
+
+	/*
+	 * None of these statements reads idem_records or the outbox's tables:
+	 * pg_extension.extnamespace, the EXISTS and both functions' results are
+	 * NOT NULL, of the types asked for.
+	 */
+	if (idem_query_exec(&q_extension_schema, PG_CATALOG_NAMESPACE,
+						NULL, NULL, true, 1) == 1)
+		nsp = DatumGetObjectId(spi_first_value(OIDOID, "extnamespace"));
+	if (OidIsValid(nsp))
+	{
+		Datum		values[1];
+
+		result = BATCH_DONE;
+		if (outbox)
+		{
+			values[0] = ObjectIdGetDatum(nsp);
+			if (idem_query_exec(&q_outbox_present, PG_CATALOG_NAMESPACE,
+								values, NULL, true, 1) != 1 ||
+				!DatumGetBool(spi_first_value(BOOLOID, "the outbox lookup")))
+				result = BATCH_NO_FUNCTION;
+		}
+		if (result == BATCH_DONE)
+		{
+			values[0] = Int32GetDatum(batch);
+			if (idem_query_exec(outbox ? &q_outbox_purge_call : &q_purge_call,
+								nsp, values, NULL, false, 1) != 1)
+				elog(ERROR, "%s returned no row", fname);
+			*removed = DatumGetInt64(spi_first_value(INT8OID, fname));
+		}
+	}
+
+	SPI_finish();
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	pgstat_report_stat(false);
+	pgstat_report_activity(STATE_IDLE, NULL);
+	return result;
+}
+
+/*
+ * Batches of idem_purge, or with outbox of idem_outbox_purge, until one
+ * removes fewer than the batch size, idempotency.purge_delay apart; *total
+ * and *batches count what ran.  Returns the last batch's PurgeBatch.
+ */
+static PurgeBatch
+purge_phase(bool outbox, int64 *total, int *batches)
+{
+	*total = 0;
+	*batches = 0;
 	for (;;)
 	{
 		int			batch;
-		Oid			nsp = InvalidOid;
-		int64		removed = 0;
+		int64		removed;
+		PurgeBatch	r;
 
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending)
@@ -589,53 +698,14 @@ purge_round(PurgeSlot *slot, const char *dbname)
 		}
 		batch = purge_batch_size;
 
-		SetCurrentStatementStartTimestamp();
-		StartTransactionCommand();
-		idem_spi_connect();
-		PushActiveSnapshot(GetTransactionSnapshot());
-		pgstat_report_activity(STATE_RUNNING,
-							   psprintf("SELECT idem_purge(%d)", batch));
+		r = purge_batch(outbox, batch, &removed);
+		if (r != BATCH_DONE)
+			return r;
 
-		/*
-		 * Neither statement reads idem_records: pg_extension.extnamespace
-		 * and idem_purge's result are NOT NULL, of the types asked for.
-		 */
-		if (idem_query_exec(&q_extension_schema, PG_CATALOG_NAMESPACE,
-							NULL, NULL, true, 1) == 1)
-			nsp = DatumGetObjectId(spi_first_value(OIDOID, "extnamespace"));
-		if (OidIsValid(nsp))
-		{
-			Datum		values[1];
-
-			values[0] = Int32GetDatum(batch);
-			if (idem_query_exec(&q_purge_call, nsp, values, NULL, false, 1) != 1)
-				elog(ERROR, "idem_purge returned no row");
-			removed = DatumGetInt64(spi_first_value(INT8OID, "idem_purge"));
-		}
-
-		SPI_finish();
-		PopActiveSnapshot();
-		CommitTransactionCommand();
-		pgstat_report_stat(false);
-		pgstat_report_activity(STATE_IDLE, NULL);
-
-		if (!OidIsValid(nsp))
-		{
-			if (!slot->warned_no_extension)
-				ereport(WARNING,
-						(errmsg("idempotency purge: extension \"idempotency\" is not installed in database \"%s\"",
-								dbname),
-						 errdetail("The database is listed in idempotency.purge_databases; until the extension is created there, it is skipped without further warnings."),
-						 errhint("Run CREATE EXTENSION idempotency in the database, or remove it from idempotency.purge_databases.")));
-			slot->warned_no_extension = true;
-			return;
-		}
-		slot->warned_no_extension = false;
-
-		batches++;
-		total += removed;
+		(*batches)++;
+		*total += removed;
 		if (removed < batch)
-			break;
+			return BATCH_DONE;
 
 		/* Throttle: the next batch after idempotency.purge_delay. */
 		if (purge_delay > 0)
@@ -645,11 +715,39 @@ purge_round(PurgeSlot *slot, const char *dbname)
 			ResetLatch(MyLatch);
 		}
 	}
+}
+
+/* One round in the current database; see the header comment. */
+static void
+purge_round(PurgeSlot *slot, const char *dbname)
+{
+	int64		total;
+	int			batches;
+
+	if (purge_phase(false, &total, &batches) == BATCH_NO_EXTENSION)
+	{
+		if (!slot->warned_no_extension)
+			ereport(WARNING,
+					(errmsg("idempotency purge: extension \"idempotency\" is not installed in database \"%s\"",
+							dbname),
+					 errdetail("The database is listed in idempotency.purge_databases; until the extension is created there, it is skipped without further warnings."),
+					 errhint("Run CREATE EXTENSION idempotency in the database, or remove it from idempotency.purge_databases.")));
+		slot->warned_no_extension = true;
+		return;
+	}
+	slot->warned_no_extension = false;
 
 	if (total > 0)
 		ereport(LOG,
 				(errmsg_plural("idempotency purge: removed " INT64_FORMAT " expired records in database \"%s\" (%d transaction)",
 							   "idempotency purge: removed " INT64_FORMAT " expired records in database \"%s\" (%d transactions)",
+							   batches, total, dbname, batches)));
+
+	/* The outbox (0.5.0 on): acknowledged messages past their retention. */
+	if (purge_phase(true, &total, &batches) == BATCH_DONE && total > 0)
+		ereport(LOG,
+				(errmsg_plural("idempotency purge: removed " INT64_FORMAT " outbox messages in database \"%s\" (%d transaction)",
+							   "idempotency purge: removed " INT64_FORMAT " outbox messages in database \"%s\" (%d transactions)",
 							   batches, total, dbname, batches)));
 }
 

@@ -658,7 +658,8 @@ COMMENT ON FUNCTION @extschema@.idem_outbox_unsubscribe(pg_catalog.text, pg_cata
 -- NULL) up to the oldest message it has not acknowledged, bounded by the
 -- oldest running transaction (whose messages may still come), and forget
 -- the deliveries below.  A subscription another session is moving is
--- skipped.  Used by idem_outbox_fetch and idem_outbox_purge.
+-- skipped.  Used by idem_outbox_fetch and idem_outbox_purge.  Deliveries
+-- are probed by primary key one message at a time (see idem_outbox_fetch).
 CREATE FUNCTION @extschema@.idem_outbox_advance(consumer pg_catalog.text)
 RETURNS pg_catalog.void
 LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE
@@ -679,10 +680,9 @@ BEGIN
                      (SELECT o.xact_id FROM @extschema@.idem_outbox o
                        WHERE o.topic OPERATOR(pg_catalog.=) s.topic
                          AND o.xact_id OPERATOR(pg_catalog.>=) s.horizon
-                         AND NOT EXISTS (SELECT FROM @extschema@.idem_outbox_deliveries d
-                                          WHERE d.consumer OPERATOR(pg_catalog.=) s.consumer
-                                            AND d.id OPERATOR(pg_catalog.=) o.id
-                                            AND d.acked_at IS NOT NULL)
+                         AND (SELECT d.acked_at FROM @extschema@.idem_outbox_deliveries d
+                               WHERE d.consumer OPERATOR(pg_catalog.=) s.consumer
+                                 AND d.id OPERATOR(pg_catalog.=) o.id) IS NULL
                        ORDER BY o.xact_id LIMIT 1))
           INTO h;
         IF h OPERATOR(pg_catalog.>) s.horizon THEN
@@ -778,7 +778,10 @@ BEGIN
     -- until max messages are taken: the cost follows what is handed out
     -- (and what is leased or acknowledged above the horizon), not the
     -- backlog.  Topics in the order of their horizons (the oldest
-    -- unacknowledged first).
+    -- unacknowledged first).  A message's delivery is looked up by the
+    -- primary key, one message at a time (scalar subqueries, LATERAL ...
+    -- LIMIT 1), never as a join: planned on the statistics of new tables,
+    -- such a join read all of a group's deliveries for every message.
     chunk := GREATEST(idem_outbox_fetch.max OPERATOR(pg_catalog.*) 2, 200);
     <<topics>>
     FOR sub IN
@@ -798,11 +801,11 @@ BEGIN
                  WHERE o.topic OPERATOR(pg_catalog.=) (sub.topic COLLATE pg_catalog."C")
                    AND o.xact_id OPERATOR(pg_catalog.>=) last_x
                    AND (o.xact_id OPERATOR(pg_catalog.>) last_x OR o.position OPERATOR(pg_catalog.>) last_pos)
-                   AND NOT EXISTS (
-                       SELECT FROM @extschema@.idem_outbox_deliveries d
+                   AND NOT COALESCE((
+                       SELECT d.acked_at IS NOT NULL OR d.leased_until OPERATOR(pg_catalog.>) now_
+                         FROM @extschema@.idem_outbox_deliveries d
                         WHERE d.consumer OPERATOR(pg_catalog.=) (idem_outbox_fetch.consumer COLLATE pg_catalog."C")
-                          AND d.id OPERATOR(pg_catalog.=) o.id
-                          AND (d.acked_at IS NOT NULL OR d.leased_until OPERATOR(pg_catalog.>) now_))
+                          AND d.id OPERATOR(pg_catalog.=) o.id), false)
                  ORDER BY o.xact_id, o.position
                  LIMIT chunk
             LOOP
@@ -826,18 +829,24 @@ BEGIN
                     ids := ARRAY[cand.id];
                 ELSE
                     -- The aggregate's messages above the horizon (the index
-                    -- on (topic, aggregate, xact_id)), in position order.
+                    -- on (topic, aggregate, xact_id)), sorted by position
+                    -- (OFFSET 0 keeps the sort below the filter), then the
+                    -- acknowledged ones skipped one probe at a time (a
+                    -- scalar subquery, not a join: it stays lazy, in that
+                    -- order) until enough are found.
                     SELECT pg_catalog.array_agg(r.id ORDER BY r.position) INTO ids
                       FROM (SELECT o.id, o.position
-                              FROM @extschema@.idem_outbox o
-                              LEFT JOIN @extschema@.idem_outbox_deliveries d
-                                ON d.consumer OPERATOR(pg_catalog.=) (idem_outbox_fetch.consumer COLLATE pg_catalog."C")
-                               AND d.id OPERATOR(pg_catalog.=) o.id
-                             WHERE o.topic OPERATOR(pg_catalog.=) (sub.topic COLLATE pg_catalog."C")
-                               AND o.aggregate OPERATOR(pg_catalog.=) (cand.aggregate COLLATE pg_catalog."C")
-                               AND o.xact_id OPERATOR(pg_catalog.>=) sub.horizon
-                               AND d.acked_at IS NULL
-                             ORDER BY o.position
+                              FROM (SELECT o2.id, o2.position
+                                      FROM @extschema@.idem_outbox o2
+                                     WHERE o2.topic OPERATOR(pg_catalog.=) (sub.topic COLLATE pg_catalog."C")
+                                       AND o2.aggregate OPERATOR(pg_catalog.=) (cand.aggregate COLLATE pg_catalog."C")
+                                       AND o2.xact_id OPERATOR(pg_catalog.>=) sub.horizon
+                                     ORDER BY o2.position
+                                    OFFSET 0) o
+                             WHERE (SELECT d.acked_at
+                                      FROM @extschema@.idem_outbox_deliveries d
+                                     WHERE d.consumer OPERATOR(pg_catalog.=) (idem_outbox_fetch.consumer COLLATE pg_catalog."C")
+                                       AND d.id OPERATOR(pg_catalog.=) o.id) IS NULL
                              LIMIT idem_outbox_fetch.max OPERATOR(pg_catalog.-) pg_catalog.cardinality(taken)) r;
                 END IF;
                 WITH cur AS (
@@ -846,9 +855,12 @@ BEGIN
                                OVER (ORDER BY u.n) AS free
                       FROM pg_catalog.unnest(ids) WITH ORDINALITY AS u(id, n)
                       JOIN @extschema@.idem_outbox o ON o.id OPERATOR(pg_catalog.=) u.id
-                      LEFT JOIN @extschema@.idem_outbox_deliveries d
-                        ON d.consumer OPERATOR(pg_catalog.=) (idem_outbox_fetch.consumer COLLATE pg_catalog."C")
-                       AND d.id OPERATOR(pg_catalog.=) u.id
+                      LEFT JOIN LATERAL (
+                           SELECT d2.leased_until, d2.acked_at
+                             FROM @extschema@.idem_outbox_deliveries d2
+                            WHERE d2.consumer OPERATOR(pg_catalog.=) (idem_outbox_fetch.consumer COLLATE pg_catalog."C")
+                              AND d2.id OPERATOR(pg_catalog.=) u.id
+                            LIMIT 1) d ON true
                      WHERE d.acked_at IS NULL
                 ), ins AS (
                     INSERT INTO @extschema@.idem_outbox_deliveries AS d

@@ -61,7 +61,9 @@
 #                      profiles)
 #
 # The full run takes about 25 minutes on 2 quiet cores, 8 of them the
-# Citus pairs (28 with the profile), more on a busy machine.  Quick mode
+# Citus pairs (28 with the profile), more on a busy machine; the outbox
+# pairs add about 7 minutes per synchronous_commit setting (2.5 of them
+# loading outbox_fetch's messages, done once).  Quick mode
 # (about 11 minutes; 5 with BENCH_SYNC=off):
 #   BENCH_SECONDS=3 BENCH_WARMUP=1 BENCH_SCALE_ROWS=1000000 make bench
 set -u

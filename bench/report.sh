@@ -34,6 +34,7 @@ bar_of() {
     esac
 }
 what_of() {
+    outbox_pair "$1" && { outbox_what "$1"; return; }
     case $1 in
         new) echo "claims/s: idem_claim vs INSERT ON CONFLICT, new keys";;
         dup) echo "claims/s: the same, key exists";;

@@ -27,7 +27,9 @@
 #                      coordinator, on a 3-node cluster of their own
 #                      (bench/citus.sh; skipped with one line when citus.so
 #                      is not installed), plus the optional citus_at_dup
-#                      and citus_at_typed (a typed twin, delegated)
+#                      and citus_at_typed (a typed twin, delegated);
+#                      outbox outbox_sql outbox_fetch: the outbox (issue
+#                      24), everything about them in bench/outbox.sh
 #   BENCH_SYNC         synchronous_commit settings to run ["off on"]
 #   BENCH_SCALE_ROWS   live records for "scale" and bytes/record, loaded
 #                      when scale or scale_sql is among the pairs [10000000]
@@ -60,17 +62,22 @@
 #                      profiles)
 #
 # The full run takes about 25 minutes on 2 quiet cores, 8 of them the
-# Citus pairs (28 with the profile), more on a busy machine.  Quick mode
+# Citus pairs (28 with the profile), more on a busy machine; the outbox
+# pairs add about 7 minutes per synchronous_commit setting (2.5 of them
+# loading outbox_fetch's messages, done once).  Quick mode
 # (about 11 minutes; 5 with BENCH_SYNC=off):
 #   BENCH_SECONDS=3 BENCH_WARMUP=1 BENCH_SCALE_ROWS=1000000 make bench
 set -u
 . "$(dirname "$0")/../test/scripts/harness.sh"
+# The outbox pairs (issue 24): their settings and functions, called below.
+# shellcheck source=bench/outbox.sh
+. "$IDEM_TOP/bench/outbox.sh"
 
 BENCH_SECONDS=${BENCH_SECONDS:-8}
 BENCH_ROUNDS=${BENCH_ROUNDS:-3}
 BENCH_CLIENTS=${BENCH_CLIENTS:-2}
 BENCH_WARMUP=${BENCH_WARMUP:-2}
-BENCH_PAIRS=${BENCH_PAIRS:-new dup business overhead batch scale purge transition citus citus_dup citus_at citus_business}
+BENCH_PAIRS=${BENCH_PAIRS:-new dup business overhead batch scale purge transition citus citus_dup citus_at citus_business outbox outbox_sql outbox_fetch}
 BENCH_SYNC=${BENCH_SYNC:-off on}
 BENCH_SCALE_ROWS=${BENCH_SCALE_ROWS:-10000000}
 BENCH_DUP_ROWS=${BENCH_DUP_ROWS:-100000}
@@ -99,6 +106,7 @@ done
 [ "$BENCH_ROUNDS" -ge 1 ] && [ "$BENCH_CLIENTS" -ge 1 ] && [ "$BENCH_SECONDS" -ge 1 ] \
     || idem_die "BENCH_ROUNDS, BENCH_CLIENTS and BENCH_SECONDS must be at least 1"
 for p in $BENCH_PAIRS; do
+    outbox_pair "$p" && continue
     case $p in new|dup|business|overhead|batch|batch_stmts|scale|scale_sql|purge|transition|citus|citus_dup|citus_at|citus_at_dup|citus_at_typed|citus_business|none) ;;
         *) idem_die "unknown pair '$p' in BENCH_PAIRS";; esac
 done
@@ -307,6 +315,7 @@ pgb_ok() { # outfile -> 0 when the run completed without errors
 # starts from (prepare_<pair> SIDE).  Each run ends with a CHECKPOINT so
 # that every run starts with the same full-page-write state.
 side_db() { # pair side
+    outbox_pair "$1" && { outbox_side_db "$@"; return; }
     case $1/$2 in
         scale/A|scale_sql/A) echo scale;;
         purge/*) echo purge;;
@@ -331,6 +340,7 @@ copy_template() { # name template
         -c "CREATE DATABASE $1 TEMPLATE $2 STRATEGY FILE_COPY" >/dev/null
 }
 side_script() { # pair side
+    outbox_pair "$1" && { outbox_side_script "$@"; return; }
     case $1/$2 in
         new/A|scale/A|scale/B|purge/A|purge/B|citus/A) echo new_claim.pgbench;;
         new/B|scale_sql/A|scale_sql/B|citus/B) echo new_insert.pgbench;;
@@ -356,9 +366,13 @@ side_script() { # pair side
 }
 # Operations per pgbench transaction (claims, keys, business transactions
 # or updates): tps and WAL are reported per operation.
-ops_per_tx() { case $1 in batch|batch_stmts) echo "$BENCH_BATCH_KEYS";; *) echo 1;; esac; }
+ops_per_tx() {
+    outbox_pair "$1" && { outbox_ops_per_tx "$1"; return; }
+    case $1 in batch|batch_stmts) echo "$BENCH_BATCH_KEYS";; *) echo 1;; esac
+}
 
 setup_pair() { # pair: once per pair and setting; returns 1 to skip the pair
+    outbox_pair "$1" && { outbox_setup_pair "$1"; return; }
     case $1 in
         dup)
             q bench -c "TRUNCATE idem_records, bench_claims" \
@@ -424,6 +438,7 @@ setup_pair() { # pair: once per pair and setting; returns 1 to skip the pair
 }
 
 prepare_run() { # pair side
+    outbox_pair "$1" && { outbox_prepare_run "$@" && q bench -c "CHECKPOINT" >/dev/null || return 2; return 0; }
     case $1 in
         new)
             q bench -c "TRUNCATE idem_records, bench_claims" >/dev/null;;
@@ -481,7 +496,7 @@ run_side() {
         pgb purge purge_loop.pgbench "$secs" 1 "$out.purger" &
         PURGER_PID=$!
     fi
-    pgb "$db" "$script" "$secs" "$BENCH_CLIENTS" "$out"
+    pgb "$db" "$script" "$secs" "$(outbox_clients "$pair")" "$out"
     if [ -n "${PURGER_PID:-}" ]; then
         wait "$PURGER_PID"
         PURGER_PID=
@@ -507,6 +522,7 @@ run_side() {
         [ "$side" = B ] && tbl=bench_claims
         extra="rowbytes=$(q bench -c "SELECT pg_total_relation_size('$tbl') || '/' || count(*) FROM $tbl")"
     fi
+    outbox_pair "$pair" && { outbox_after_run "$pair" "$side"; extra=$OUTBOX_EXTRA; }
     [ "$round" -gt 0 ] || return 0
     # WAL of the run: the LSN difference, minus what background processes
     # wrote meanwhile (the bgwriter's Standby/RUNNING_XACTS records), told
@@ -539,6 +555,10 @@ run_side() {
         w = (other == 0) ? 0 : all - standby; print (w < 0) ? 0 : w }')
     tps=$(sed -n 's/^tps = \([0-9.]*\) .*/\1/p' "$out")
     ntx=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' "$out")
+    if outbox_pair "$pair" && [ -n "$OUTBOX_CONSUMED" ]; then
+        ntx=$OUTBOX_CONSUMED
+        tps=$(awk -v n="$ntx" -v s="$secs" 'BEGIN { printf "%.2f", n / s }')
+    fi
     local others load1
     others=$(awk -v b="$((b1 - b0))" -v t="$((t1 - t0))" -v c="$((c1 - c0))" -v m="$((m1 - m0))" \
         'BEGIN { o = (t > 0) ? 100 * (b - c - m) / t : 0; printf "%.0f", (o < 0) ? 0 : o }')

@@ -10,13 +10,16 @@
 #   http     examples/http/: Express and Python middleware for the HTTP
 #            Idempotency-Key header (idem_http_begin/idem_http_finish);
 #            its checks are in examples/http/checks.sh
+#   outbox   examples/outbox/outbox.py: producer claim + idem_publish,
+#            consumers idem_outbox_fetch -> idem_inbox -> apply -> ack;
+#            its checks are in examples/outbox/checks.sh
 #
 # Each example runs twice in a fresh database of its own: the first run must
 # apply every effect exactly once, the second (everything redelivered) must
 # change nothing.  Prints one "... ok" / "... FAILED" line per check and
 # exits non-zero when any failed.
 #
-# Usage: bash examples/run.sh [-v] [meta|python|node|java|http ...]   (default: all)
+# Usage: bash examples/run.sh [-v] [meta|python|node|java|http|outbox ...]   (default: all)
 #   -v   also print what each example printed
 #
 # With PGHOST set (as test/scripts/harness.sh's idem_cluster_start exports it), the
@@ -35,9 +38,9 @@ TOP=$IDEM_TOP
 verbose=0
 if [ "${1:-}" = -v ]; then verbose=1; shift; fi
 checks=("$@")
-[ ${#checks[@]} -gt 0 ] || checks=(meta python node java http)
+[ ${#checks[@]} -gt 0 ] || checks=(meta python node java http outbox)
 for c in "${checks[@]}"; do
-    case "$c" in meta|python|node|java|http) ;; *) idem_die "unknown example: $c (meta, python, node, java, http)";; esac
+    case "$c" in meta|python|node|java|http|outbox) ;; *) idem_die "unknown example: $c (meta, python, node, java, http, outbox)";; esac
 done
 
 packages="python3 python3-psycopg2 default-jdk-headless libpostgresql-jdbc-java"
@@ -313,6 +316,8 @@ check_java() {
 
 # shellcheck source=examples/http/checks.sh
 . "$EXAMPLES/http/checks.sh"
+# shellcheck source=examples/outbox/checks.sh
+. "$EXAMPLES/outbox/checks.sh"
 
 for c in "${checks[@]}"; do
     idem_log "examples: $c"

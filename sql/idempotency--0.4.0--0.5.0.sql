@@ -766,6 +766,14 @@ CREATE TABLE @extschema@.idem_outbox (
 CREATE INDEX idem_outbox_topic_xact_idx
     ON @extschema@.idem_outbox (topic, xact_id);
 
+-- A fetch reads one aggregate's messages above its group's horizon, then
+-- puts them in position order: the cost of a run is the aggregate's
+-- backlog, not the topic's.  Messages without an aggregate are runs of
+-- their own, found by the index above.
+CREATE INDEX idem_outbox_topic_aggregate_idx
+    ON @extschema@.idem_outbox (topic, aggregate, xact_id)
+    WHERE aggregate IS NOT NULL;
+
 COMMENT ON TABLE @extschema@.idem_outbox IS
     'Messages published with idem_publish, one row per message id; exists if and only if the publishing transaction committed';
 COMMENT ON COLUMN @extschema@.idem_outbox.id IS
@@ -1346,7 +1354,8 @@ COMMENT ON FUNCTION @extschema@.idem_outbox_unsubscribe(pg_catalog.text, pg_cata
 -- NULL) up to the oldest message it has not acknowledged, bounded by the
 -- oldest running transaction (whose messages may still come), and forget
 -- the deliveries below.  A subscription another session is moving is
--- skipped.  Used by idem_outbox_fetch and idem_outbox_purge.
+-- skipped.  Used by idem_outbox_fetch and idem_outbox_purge.  Deliveries
+-- are probed by primary key one message at a time (see idem_outbox_fetch).
 CREATE FUNCTION @extschema@.idem_outbox_advance(consumer pg_catalog.text)
 RETURNS pg_catalog.void
 LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE
@@ -1367,10 +1376,9 @@ BEGIN
                      (SELECT o.xact_id FROM @extschema@.idem_outbox o
                        WHERE o.topic OPERATOR(pg_catalog.=) s.topic
                          AND o.xact_id OPERATOR(pg_catalog.>=) s.horizon
-                         AND NOT EXISTS (SELECT FROM @extschema@.idem_outbox_deliveries d
-                                          WHERE d.consumer OPERATOR(pg_catalog.=) s.consumer
-                                            AND d.id OPERATOR(pg_catalog.=) o.id
-                                            AND d.acked_at IS NOT NULL)
+                         AND (SELECT d.acked_at FROM @extschema@.idem_outbox_deliveries d
+                               WHERE d.consumer OPERATOR(pg_catalog.=) s.consumer
+                                 AND d.id OPERATOR(pg_catalog.=) o.id) IS NULL
                        ORDER BY o.xact_id LIMIT 1))
           INTO h;
         IF h OPERATOR(pg_catalog.>) s.horizon THEN
@@ -1410,7 +1418,15 @@ DECLARE
     until_ pg_catalog.timestamptz;
     taken pg_catalog.uuid[] := '{}';
     got pg_catalog.uuid[];
-    run record;
+    ids pg_catalog.uuid[];
+    sub record;
+    cand record;
+    seen pg_catalog.text[];
+    run_key pg_catalog.text;
+    last_x pg_catalog.xid8;
+    last_pos pg_catalog.int8;
+    n pg_catalog.int4;
+    chunk pg_catalog.int4;
 BEGIN
     IF idem_outbox_fetch.consumer IS NULL THEN
         RAISE EXCEPTION 'idem_outbox_fetch: consumer must not be null' USING ERRCODE = '22004';
@@ -1450,72 +1466,121 @@ BEGIN
     PERFORM @extschema@.idem_outbox_advance(idem_outbox_fetch.consumer);
 
     -- The runs: per (topic, aggregate), the consumer's unacknowledged
-    -- messages in position order (commit order), when the first of them is
-    -- not leased to someone else; a message without an aggregate is a run
-    -- of its own.  Every unacknowledged message is at or above the horizon.
-    FOR run IN
-        SELECT p.topic, p.aggregate, p.solo,
-               pg_catalog.array_agg(p.id ORDER BY p.position) AS ids
-          FROM (SELECT o.topic, o.aggregate, o.id, o.position,
-                       CASE WHEN o.aggregate IS NULL THEN o.id END AS solo,
-                       (d.leased_until IS NULL OR d.leased_until OPERATOR(pg_catalog.<=) now_) AS free,
-                       pg_catalog.row_number() OVER w AS n,
-                       pg_catalog.first_value(d.leased_until IS NULL OR d.leased_until OPERATOR(pg_catalog.<=) now_) OVER w AS head_free
-                  FROM @extschema@.idem_outbox_subscriptions s
-                  JOIN @extschema@.idem_outbox o
-                    ON o.topic OPERATOR(pg_catalog.=) s.topic
-                   AND o.xact_id OPERATOR(pg_catalog.>=) s.horizon
-                  LEFT JOIN @extschema@.idem_outbox_deliveries d
-                    ON d.consumer OPERATOR(pg_catalog.=) s.consumer
-                   AND d.id OPERATOR(pg_catalog.=) o.id
-                 WHERE s.consumer OPERATOR(pg_catalog.=) (idem_outbox_fetch.consumer COLLATE pg_catalog."C")
-                   AND d.acked_at IS NULL
-                WINDOW w AS (PARTITION BY o.topic, o.aggregate, CASE WHEN o.aggregate IS NULL THEN o.id END
-                             ORDER BY o.position)) p
-         WHERE p.head_free AND p.n OPERATOR(pg_catalog.<=) idem_outbox_fetch.max
-         GROUP BY p.topic, p.aggregate, p.solo
-         ORDER BY pg_catalog.min(p.position)
-         LIMIT idem_outbox_fetch.max
+    -- messages in position order (commit order); a message without an
+    -- aggregate is a run of its own.  Every unacknowledged message is at or
+    -- above the horizon.  The runs are found from the horizon up, in
+    -- transaction order (the index on (topic, xact_id)), chunk by chunk,
+    -- among the messages neither acknowledged nor leased to someone else,
+    -- until max messages are taken: the cost follows what is handed out
+    -- (and what is leased or acknowledged above the horizon), not the
+    -- backlog.  Topics in the order of their horizons (the oldest
+    -- unacknowledged first).  A message's delivery is looked up by the
+    -- primary key, one message at a time (scalar subqueries, LATERAL ...
+    -- LIMIT 1), never as a join: planned on the statistics of new tables,
+    -- such a join read all of a group's deliveries for every message.
+    chunk := GREATEST(idem_outbox_fetch.max OPERATOR(pg_catalog.*) 2, 200);
+    <<topics>>
+    FOR sub IN
+        SELECT s.topic, s.horizon
+          FROM @extschema@.idem_outbox_subscriptions s
+         WHERE s.consumer OPERATOR(pg_catalog.=) (idem_outbox_fetch.consumer COLLATE pg_catalog."C")
+         ORDER BY s.horizon, s.topic
     LOOP
-        -- One fetch at a time per run (others skip it), then the run again
-        -- as it is now (a new snapshot: what other fetches and
-        -- acknowledgements committed meanwhile): acknowledged messages
-        -- drop out, and it is taken up to the first message leased to
-        -- someone else.
-        CONTINUE WHEN NOT pg_catalog.pg_try_advisory_xact_lock(1229213510,
-            pg_catalog.hashtext(idem_outbox_fetch.consumer OPERATOR(pg_catalog.||) pg_catalog.chr(10)
-                                OPERATOR(pg_catalog.||) run.topic OPERATOR(pg_catalog.||) pg_catalog.chr(10)
-                                OPERATOR(pg_catalog.||) COALESCE(run.aggregate, run.solo::pg_catalog.text)));
-        WITH cur AS (
-            SELECT u.id, u.n, o.topic, o.xact_id,
-                   pg_catalog.bool_and(d.leased_until IS NULL OR d.leased_until OPERATOR(pg_catalog.<=) now_)
-                       OVER (ORDER BY u.n) AS free
-              FROM pg_catalog.unnest(run.ids) WITH ORDINALITY AS u(id, n)
-              JOIN @extschema@.idem_outbox o ON o.id OPERATOR(pg_catalog.=) u.id
-              LEFT JOIN @extschema@.idem_outbox_deliveries d
-                ON d.consumer OPERATOR(pg_catalog.=) (idem_outbox_fetch.consumer COLLATE pg_catalog."C")
-               AND d.id OPERATOR(pg_catalog.=) u.id
-             WHERE d.acked_at IS NULL
-        ), ins AS (
-            INSERT INTO @extschema@.idem_outbox_deliveries AS d
-                   (consumer, id, topic, xact_id, attempts, leased_until)
-            SELECT idem_outbox_fetch.consumer, cur.id, cur.topic, cur.xact_id, 1, until_
-              FROM cur
-             WHERE cur.free
-             ORDER BY cur.n
-             LIMIT idem_outbox_fetch.max OPERATOR(pg_catalog.-) pg_catalog.cardinality(taken)
-            ON CONFLICT ON CONSTRAINT idem_outbox_deliveries_pkey DO UPDATE
-               SET attempts = d.attempts OPERATOR(pg_catalog.+) 1,
-                   leased_until = excluded.leased_until
-             WHERE d.acked_at IS NULL
-               AND (d.leased_until IS NULL OR d.leased_until OPERATOR(pg_catalog.<=) now_)
-            RETURNING d.id
-        )
-        SELECT pg_catalog.array_agg(ins.id) INTO got FROM ins;
-        IF got IS NOT NULL THEN
-            taken := taken OPERATOR(pg_catalog.||) got;
-        END IF;
-        EXIT WHEN pg_catalog.cardinality(taken) OPERATOR(pg_catalog.>=) idem_outbox_fetch.max;
+        seen := '{}';
+        last_x := sub.horizon;
+        last_pos := -1;
+        LOOP
+            n := 0;
+            FOR cand IN
+                SELECT o.id, o.aggregate, o.xact_id, o.position
+                  FROM @extschema@.idem_outbox o
+                 WHERE o.topic OPERATOR(pg_catalog.=) (sub.topic COLLATE pg_catalog."C")
+                   AND o.xact_id OPERATOR(pg_catalog.>=) last_x
+                   AND (o.xact_id OPERATOR(pg_catalog.>) last_x OR o.position OPERATOR(pg_catalog.>) last_pos)
+                   AND NOT COALESCE((
+                       SELECT d.acked_at IS NOT NULL OR d.leased_until OPERATOR(pg_catalog.>) now_
+                         FROM @extschema@.idem_outbox_deliveries d
+                        WHERE d.consumer OPERATOR(pg_catalog.=) (idem_outbox_fetch.consumer COLLATE pg_catalog."C")
+                          AND d.id OPERATOR(pg_catalog.=) o.id), false)
+                 ORDER BY o.xact_id, o.position
+                 LIMIT chunk
+            LOOP
+                n := n OPERATOR(pg_catalog.+) 1;
+                last_x := cand.xact_id;
+                last_pos := cand.position;
+                run_key := CASE WHEN cand.aggregate IS NULL THEN 'i' OPERATOR(pg_catalog.||) cand.id::pg_catalog.text
+                                ELSE 'a' OPERATOR(pg_catalog.||) cand.aggregate END;
+                CONTINUE WHEN run_key OPERATOR(pg_catalog.=) ANY (seen);
+                seen := seen OPERATOR(pg_catalog.||) run_key;
+                -- One fetch at a time per run (others skip it), then the run
+                -- as it is now (a new snapshot: what other fetches and
+                -- acknowledgements committed meanwhile): acknowledged
+                -- messages drop out, and it is taken up to the first message
+                -- leased to someone else.
+                CONTINUE WHEN NOT pg_catalog.pg_try_advisory_xact_lock(1229213510,
+                    pg_catalog.hashtext(idem_outbox_fetch.consumer OPERATOR(pg_catalog.||) pg_catalog.chr(10)
+                                        OPERATOR(pg_catalog.||) sub.topic OPERATOR(pg_catalog.||) pg_catalog.chr(10)
+                                        OPERATOR(pg_catalog.||) COALESCE(cand.aggregate, cand.id::pg_catalog.text)));
+                IF cand.aggregate IS NULL THEN
+                    ids := ARRAY[cand.id];
+                ELSE
+                    -- The aggregate's messages above the horizon (the index
+                    -- on (topic, aggregate, xact_id)), sorted by position
+                    -- (OFFSET 0 keeps the sort below the filter), then the
+                    -- acknowledged ones skipped one probe at a time (a
+                    -- scalar subquery, not a join: it stays lazy, in that
+                    -- order) until enough are found.
+                    SELECT pg_catalog.array_agg(r.id ORDER BY r.position) INTO ids
+                      FROM (SELECT o.id, o.position
+                              FROM (SELECT o2.id, o2.position
+                                      FROM @extschema@.idem_outbox o2
+                                     WHERE o2.topic OPERATOR(pg_catalog.=) (sub.topic COLLATE pg_catalog."C")
+                                       AND o2.aggregate OPERATOR(pg_catalog.=) (cand.aggregate COLLATE pg_catalog."C")
+                                       AND o2.xact_id OPERATOR(pg_catalog.>=) sub.horizon
+                                     ORDER BY o2.position
+                                    OFFSET 0) o
+                             WHERE (SELECT d.acked_at
+                                      FROM @extschema@.idem_outbox_deliveries d
+                                     WHERE d.consumer OPERATOR(pg_catalog.=) (idem_outbox_fetch.consumer COLLATE pg_catalog."C")
+                                       AND d.id OPERATOR(pg_catalog.=) o.id) IS NULL
+                             LIMIT idem_outbox_fetch.max OPERATOR(pg_catalog.-) pg_catalog.cardinality(taken)) r;
+                END IF;
+                WITH cur AS (
+                    SELECT u.id, u.n, o.topic, o.xact_id,
+                           pg_catalog.bool_and(d.leased_until IS NULL OR d.leased_until OPERATOR(pg_catalog.<=) now_)
+                               OVER (ORDER BY u.n) AS free
+                      FROM pg_catalog.unnest(ids) WITH ORDINALITY AS u(id, n)
+                      JOIN @extschema@.idem_outbox o ON o.id OPERATOR(pg_catalog.=) u.id
+                      LEFT JOIN LATERAL (
+                           SELECT d2.leased_until, d2.acked_at
+                             FROM @extschema@.idem_outbox_deliveries d2
+                            WHERE d2.consumer OPERATOR(pg_catalog.=) (idem_outbox_fetch.consumer COLLATE pg_catalog."C")
+                              AND d2.id OPERATOR(pg_catalog.=) u.id
+                            LIMIT 1) d ON true
+                     WHERE d.acked_at IS NULL
+                ), ins AS (
+                    INSERT INTO @extschema@.idem_outbox_deliveries AS d
+                           (consumer, id, topic, xact_id, attempts, leased_until)
+                    SELECT idem_outbox_fetch.consumer, cur.id, cur.topic, cur.xact_id, 1, until_
+                      FROM cur
+                     WHERE cur.free
+                     ORDER BY cur.n
+                     LIMIT idem_outbox_fetch.max OPERATOR(pg_catalog.-) pg_catalog.cardinality(taken)
+                    ON CONFLICT ON CONSTRAINT idem_outbox_deliveries_pkey DO UPDATE
+                       SET attempts = d.attempts OPERATOR(pg_catalog.+) 1,
+                           leased_until = excluded.leased_until
+                     WHERE d.acked_at IS NULL
+                       AND (d.leased_until IS NULL OR d.leased_until OPERATOR(pg_catalog.<=) now_)
+                    RETURNING d.id
+                )
+                SELECT pg_catalog.array_agg(ins.id) INTO got FROM ins;
+                IF got IS NOT NULL THEN
+                    taken := taken OPERATOR(pg_catalog.||) got;
+                END IF;
+                EXIT topics WHEN pg_catalog.cardinality(taken) OPERATOR(pg_catalog.>=) idem_outbox_fetch.max;
+            END LOOP;
+            EXIT WHEN n OPERATOR(pg_catalog.<) chunk;
+        END LOOP;
     END LOOP;
 
     RETURN QUERY

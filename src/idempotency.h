@@ -63,6 +63,8 @@ extern void idem_args_init(void);
 extern void idem_lease_init(void);
 extern void idem_stats_init(void);
 extern void idem_worker_init(void);
+extern void idem_purge_round_init(void);
+extern bool idem_purge_round(const char *dbname);
 extern void idem_query_init(void);
 extern void idem_relcache_init(void);
 extern void idem_shard_init(void);

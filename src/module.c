@@ -11,8 +11,9 @@
  *	    it: default_ttl and autocommit_claims (args.c), log_duplicates
  *	    (claim.c), direct_claim (direct.c), max_attempts (lease.c),
  *	    stats_max_scopes (stats.c, which also requests its shared memory
- *	    when preloaded) and the purge_* settings (worker.c, which also
- *	    registers the launcher when preloaded);
+ *	    when preloaded), purge_naptime and purge_databases (worker.c,
+ *	    which also registers the launcher when preloaded) and
+ *	    purge_batch_size and purge_delay (purge_round.c);
  *	  - reserves the prefix "idempotency", after the last of them;
  *	  - sets up query.c's invalidation callbacks, takes the relcache
  *	    callback (relcache.c) and subscribes the caches to it: shard.c,
@@ -52,6 +53,7 @@ _PG_init(void)
 	idem_direct_init();
 	idem_stats_init();
 	idem_worker_init();
+	idem_purge_round_init();
 
 	MarkGUCPrefixReserved("idempotency");
 

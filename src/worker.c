@@ -24,24 +24,20 @@
  *	  again every naptime, quietly, until that changes; and a database is
  *	  only connected to while a round runs.
  *
- *	  A round: idem_purge(idempotency.purge_batch_size) in the schema of the
- *	  extension, one batch per transaction, committed after each, with a
- *	  pause of idempotency.purge_delay between two batches (so a large
- *	  backlog takes a fraction of a core and spreads its WAL), until a
- *	  batch removes fewer rows than the batch size; then one LOG line with
- *	  the total when it is not zero.  idem_purge skips rows locked by other
- *	  transactions, so a round never waits for a claim; a claim of a key in
- *	  the batch being deleted waits for that short transaction only.  If
- *	  the extension is not installed in the database: one WARNING, then
- *	  quiet rounds until it is (the "warned" flag lives in shared memory,
- *	  because each round is a new process).
+ *	  A round (purge_round.c, idem_purge_round): idem_purge and then
+ *	  idem_outbox_purge in batches, one transaction each.  If the extension
+ *	  is not installed in the database: one WARNING, then quiet rounds until
+ *	  it is (the "warned" flag lives in shared memory, because each round
+ *	  is a new process).
  *
  *	  Errors: an ERROR in a background worker becomes FATAL (there is no
  *	  outer error handler), which aborts the batch's transaction and ends
  *	  the round's process; the launcher starts the next round one naptime
  *	  later, so a persistent failure is reported once per naptime, never in
- *	  a tight loop, and never restarts the server.  The launcher itself is
- *	  restarted by the postmaster after LAUNCHER_RESTART_SECONDS if it dies.
+ *	  a tight loop, and never restarts the server.  The records come first
+ *	  in every round, so an outbox that fails to purge does not stop the
+ *	  records' purge (its batches are committed by then).  The launcher
+ *	  itself is restarted by the postmaster after LAUNCHER_RESTART_SECONDS if it dies.
  *
  *	  Uniqueness: shared memory holds one slot per listed database with the
  *	  pid of its running purge worker (0: none).  A worker claims its slot
@@ -52,9 +48,10 @@
  *	  restarted launcher, which has lost its handles, starts no second one.
  *
  *	  Settings: idempotency.purge_databases is fixed at server start;
- *	  purge_naptime, purge_batch_size and purge_delay are re-read on SIGHUP, by the
- *	  launcher and between batches by a running round; naptime 0 stops
- *	  purging (the launcher sleeps until the next reload).
+ *	  purge_naptime is re-read on SIGHUP by the launcher (naptime 0 stops
+ *	  purging: the launcher sleeps until the next reload); purge_batch_size
+ *	  and purge_delay belong to purge_round.c, which re-reads them between
+ *	  batches.
  *
  *	  Signals: SIGHUP sets ConfigReloadPending; SIGTERM is die(), so both
  *	  processes end at the next CHECK_FOR_INTERRUPTS, also in the middle of
@@ -105,8 +102,6 @@ PGDLLEXPORT void idem_purge_worker_main(Datum main_arg);
 /* GUCs */
 static char *purge_databases = NULL;
 static int	purge_naptime = 60;		/* seconds; 0 = off */
-static int	purge_batch_size = 10000;
-static int	purge_delay = 500;		/* milliseconds between two batches */
 
 /* Shared memory: one slot per listed database, in list order. */
 typedef struct PurgeSlot
@@ -142,17 +137,6 @@ typedef enum DatabaseState
 	DATABASE_NO_CONNECTIONS,
 	DATABASE_OK
 } DatabaseState;
-
-static IdemQuery q_extension_schema = {
-	"SELECT e.extnamespace FROM pg_catalog.pg_extension e"
-	" WHERE e.extname OPERATOR(pg_catalog.=) 'idempotency'",
-	0, {InvalidOid}
-};
-
-static IdemQuery q_purge_call = {
-	"SELECT @extschema@.idem_purge($1)",
-	1, {INT4OID}
-};
 
 /*
  * The list of idempotency.purge_databases, without repetitions, as a List
@@ -241,8 +225,8 @@ purge_shmem_startup(void)
 static void register_launcher(void);
 
 /*
- * Called from _PG_init: defines idempotency.purge_naptime,
- * purge_batch_size, purge_delay and purge_databases; when the library is
+ * Called from _PG_init: defines idempotency.purge_naptime and
+ * purge_databases (purge_round.c the other two); when the library is
  * being preloaded and purge_databases is not empty, also requests the
  * slots in shared memory and registers the launcher.
  */
@@ -258,32 +242,6 @@ idem_worker_init(void)
 							INT_MAX / 1000,
 							PGC_SIGHUP,
 							GUC_UNIT_S,
-							NULL,
-							NULL,
-							NULL);
-
-	DefineCustomIntVariable("idempotency.purge_batch_size",
-							"Expired records the background worker deletes per transaction.",
-							NULL,
-							&purge_batch_size,
-							10000,
-							1,
-							INT_MAX,
-							PGC_SIGHUP,
-							0,
-							NULL,
-							NULL,
-							NULL);
-
-	DefineCustomIntVariable("idempotency.purge_delay",
-							"Pause of the background purge between two batches of a round.",
-							"Keeps a large backlog from taking a whole core and flooding the WAL; 0 purges batch after batch.",
-							&purge_delay,
-							500,
-							0,
-							INT_MAX,
-							PGC_SIGHUP,
-							GUC_UNIT_MS,
 							NULL,
 							NULL,
 							NULL);
@@ -560,124 +518,6 @@ release_slot(int code, Datum arg)
 }
 
 /*
- * The first column of the first row of the current SPI result, which the
- * statement makes a non-NULL value of type: anything else is a bug.
- */
-static Datum
-spi_first_value(Oid type, const char *what)
-{
-	bool		isnull;
-	Datum		d;
-
-	if (SPI_tuptable == NULL || SPI_tuptable->numvals < 1 ||
-		SPI_gettypeid(SPI_tuptable->tupdesc, 1) != type)
-		elog(ERROR, "idempotency purge: unexpected result of %s", what);
-	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-	if (isnull)
-		elog(ERROR, "idempotency purge: %s is null", what);
-	return d;
-}
-
-/*
- * One transaction of a purge round: idem_purge(batch) in the schema of
- * the extension, its count in *removed.  Returns that schema, or
- * InvalidOid when the extension is not installed in this database
- * (nothing done then).
- */
-static Oid
-purge_batch(int batch, int64 *removed)
-{
-	Oid			nsp = InvalidOid;
-
-	SetCurrentStatementStartTimestamp();
-	StartTransactionCommand();
-	idem_spi_connect();
-	PushActiveSnapshot(GetTransactionSnapshot());
-	pgstat_report_activity(STATE_RUNNING,
-						   psprintf("SELECT idem_purge(%d)", batch));
-
-	/*
-	 * Neither statement reads idem_records: pg_extension.extnamespace and
-	 * idem_purge's result are NOT NULL, of the types asked for.
-	 */
-	if (idem_query_exec(&q_extension_schema, PG_CATALOG_NAMESPACE,
-						NULL, NULL, true, 1) == 1)
-		nsp = DatumGetObjectId(spi_first_value(OIDOID, "extnamespace"));
-	if (OidIsValid(nsp))
-	{
-		Datum		values[1];
-
-		values[0] = Int32GetDatum(batch);
-		if (idem_query_exec(&q_purge_call, nsp, values, NULL, false, 1) != 1)
-			elog(ERROR, "idem_purge returned no row");
-		*removed = DatumGetInt64(spi_first_value(INT8OID, "idem_purge"));
-	}
-
-	SPI_finish();
-	PopActiveSnapshot();
-	CommitTransactionCommand();
-	pgstat_report_stat(false);
-	pgstat_report_activity(STATE_IDLE, NULL);
-	return nsp;
-}
-
-/* One round in the current database; see the header comment. */
-static void
-purge_round(PurgeSlot *slot, const char *dbname)
-{
-	int64		total = 0;
-	int			batches = 0;
-
-	for (;;)
-	{
-		int			batch;
-		Oid			nsp;
-		int64		removed = 0;
-
-		CHECK_FOR_INTERRUPTS();
-		if (ConfigReloadPending)
-		{
-			ConfigReloadPending = false;
-			ProcessConfigFile(PGC_SIGHUP);
-		}
-		batch = purge_batch_size;
-		nsp = purge_batch(batch, &removed);
-
-		if (!OidIsValid(nsp))
-		{
-			if (!slot->warned_no_extension)
-				ereport(WARNING,
-						(errmsg("idempotency purge: extension \"idempotency\" is not installed in database \"%s\"",
-								dbname),
-						 errdetail("The database is listed in idempotency.purge_databases; until the extension is created there, it is skipped without further warnings."),
-						 errhint("Run CREATE EXTENSION idempotency in the database, or remove it from idempotency.purge_databases.")));
-			slot->warned_no_extension = true;
-			return;
-		}
-		slot->warned_no_extension = false;
-
-		batches++;
-		total += removed;
-		if (removed < batch)
-			break;
-
-		/* Throttle: the next batch after idempotency.purge_delay. */
-		if (purge_delay > 0)
-		{
-			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-							 purge_delay, PG_WAIT_EXTENSION);
-			ResetLatch(MyLatch);
-		}
-	}
-
-	if (total > 0)
-		ereport(LOG,
-				(errmsg_plural("idempotency purge: removed " INT64_FORMAT " expired records in database \"%s\" (%d transaction)",
-							   "idempotency purge: removed " INT64_FORMAT " expired records in database \"%s\" (%d transactions)",
-							   batches, total, dbname, batches)));
-}
-
-/*
  * Main of a purge worker (dynamic background worker, one round in the
  * database named in bgw_extra, slot number in main_arg).  Exits when the
  * round is done, at once if another worker holds the slot.
@@ -707,7 +547,18 @@ idem_purge_worker_main(Datum main_arg)
 	BackgroundWorkerInitializeConnection(dbname, NULL, 0);
 	SetConfigOption("application_name", WORKER_TYPE, PGC_USERSET, PGC_S_SESSION);
 
-	purge_round(slot, dbname);
+	if (idem_purge_round(dbname))
+		slot->warned_no_extension = false;
+	else
+	{
+		if (!slot->warned_no_extension)
+			ereport(WARNING,
+					(errmsg("idempotency purge: extension \"idempotency\" is not installed in database \"%s\"",
+							dbname),
+					 errdetail("The database is listed in idempotency.purge_databases; until the extension is created there, it is skipped without further warnings."),
+					 errhint("Run CREATE EXTENSION idempotency in the database, or remove it from idempotency.purge_databases.")));
+		slot->warned_no_extension = true;
+	}
 
 	proc_exit(0);
 }

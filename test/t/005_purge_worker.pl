@@ -8,7 +8,14 @@
 #   change;
 # - a round that fails is retried at the next naptime, without restarting
 #   the server, and purging resumes once the cause is gone;
-# - idem_stats counts what the worker purged.
+# - idem_stats counts what the worker purged;
+# - the outbox (issue 24): each round also runs idem_outbox_purge, which
+#   removes the messages past their topic's retention that every group
+#   acknowledged, keeps every message a lagging group has not acknowledged
+#   (however old), keeps acknowledged ones within the retention, and drops
+#   those of a topic nobody reads once past it; the LOG lines account for
+#   every message removed; a database whose extension has no outbox (0.4.0)
+#   is purged of records without a word about the outbox.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -191,6 +198,112 @@ ok( $node->poll_query_until(
 		'postgres',
 		"SELECT count(*) = 0 FROM idem_records WHERE scope = 'blocked'"),
 	'purging resumes');
+
+# --- the outbox -----------------------------------------------------------------
+
+# Sum of the outbox messages reported removed in database $db.
+sub removed_messages
+{
+	my ($log, $db) = @_;
+	my $n = 0;
+	$n += $1
+	  while $log =~
+	  /LOG:  idempotency purge: removed (\d+) outbox messages in database "$db" \(\d+ transactions?\)/g;
+	return $n;
+}
+
+# Topic t (retention 0): groups fast and slow.  keep (retention 1 day):
+# group k acknowledges everything.  nosub (retention 0): no group.  One
+# transaction per message (autocommit), so that each has its own
+# transaction id and a group's horizon can stop between two messages.
+$node->safe_psql('postgres', q{
+	SELECT idem_outbox_topic('t', retention => '0');
+	SELECT idem_outbox_topic('keep', retention => '1 day');
+	SELECT idem_outbox_topic('nosub', retention => '0');
+	SELECT idem_outbox_subscribe('fast', 't', from_start => true);
+	SELECT idem_outbox_subscribe('slow', 't', from_start => true);
+	SELECT idem_outbox_subscribe('k', 'keep', from_start => true);
+	CREATE PROCEDURE drain(consumer text, n int) LANGUAGE plpgsql AS $$
+	DECLARE m record; left_ int := n;
+	BEGIN
+	    WHILE left_ > 0 LOOP
+	        FOR m IN SELECT * FROM idem_outbox_fetch(consumer, least(left_, 50)) LOOP
+	            PERFORM idem_outbox_ack(consumer, m.id);
+	            left_ := left_ - 1;
+	        END LOOP;
+	        COMMIT;
+	        EXIT WHEN NOT EXISTS (SELECT FROM idem_outbox_backlog b
+	                               WHERE b.consumer = drain.consumer AND b.unacknowledged > 0);
+	    END LOOP;
+	END $$;
+});
+my $log_before = removed_messages(slurp_file($node->logfile), 'postgres');
+$node->safe_psql('postgres',
+	join('', map { "SELECT idem_publish('t', '{}', key => 'm$_');\n" } 1 .. 200)
+	  . join('', map { "SELECT idem_publish('keep', '{}', key => 'm$_');\n" } 1 .. 20)
+	  . join('', map { "SELECT idem_publish('nosub', '{}', key => 'm$_');\n" } 1 .. 30));
+# fast acknowledges all 200, slow only the 120 oldest (commit order: no
+# aggregate, each message a run of its own, handed out by position).
+$node->safe_psql('postgres', q{
+	CALL drain('fast', 200);
+	CALL drain('slow', 120);
+	CALL drain('k', 20);
+});
+is( $node->safe_psql('postgres',
+		q{SELECT string_agg(consumer || ':' || unacknowledged, ',' ORDER BY consumer)
+		    FROM idem_outbox_backlog}),
+	'fast:0,k:0,slow:80',
+	'slow lags 80 messages behind');
+
+ok( $node->poll_query_until(
+		'postgres',
+		q{SELECT count(*) FILTER (WHERE topic = 't') = 80
+		     AND count(*) FILTER (WHERE topic = 'nosub') = 0
+		    FROM idem_outbox}),
+	'the worker purged the outbox');
+is( $node->safe_psql('postgres', q{
+	SELECT count(*) FROM idem_outbox o
+	 WHERE o.topic = 't'
+	   AND o.id = ANY (SELECT idem_outbox_id('t', 'm' || i) FROM generate_series(121, 200) i)}),
+	'80',
+	'what is left of t is exactly what slow has not acknowledged');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM idem_outbox WHERE topic = 'keep'}),
+	'20', 'acknowledged messages within their retention are kept');
+ok( wait_for_log(
+		sub { removed_messages($_[0], 'postgres') - $log_before == 150 },
+		'outbox LOG lines'),
+	'the LOG lines account for the 150 messages removed');
+
+# The lagging group catches up: the rest goes at the next rounds.
+$node->safe_psql('postgres', q{CALL drain('slow', 80)});
+ok( $node->poll_query_until(
+		'postgres', q{SELECT count(*) = 0 FROM idem_outbox WHERE topic = 't'}),
+	'once slow caught up, t is empty');
+
+# An extension without the outbox (0.4.0): records purged, no outbox
+# phase, no complaint.
+$node->safe_psql('noext', q{
+	DROP EXTENSION idempotency;
+	CREATE EXTENSION idempotency VERSION '0.4.0';
+	CREATE FUNCTION public.idem_outbox_purge(int) RETURNS bigint
+	    LANGUAGE sql AS $$ SELECT 1/0 $$;
+	INSERT INTO idem_records (scope, key, status, created_at, updated_at, expires_at)
+	SELECT 'old', 'k' || i, 'completed', now() - interval '2 days', now() - interval '2 days',
+	       now() - interval '1 day'
+	  FROM generate_series(1, 7) i});
+ok( $node->poll_query_until(
+		'noext', q{SELECT count(*) = 0 FROM idem_records WHERE scope = 'old'}),
+	'0.4.0: records purged');
+$node->safe_psql('noext', q{
+	INSERT INTO idem_records (scope, key, status, created_at, updated_at, expires_at)
+	SELECT 'old2', 'k' || i, 'completed', now() - interval '2 days', now() - interval '2 days',
+	       now() - interval '1 day'
+	  FROM generate_series(1, 3) i});
+ok( $node->poll_query_until(
+		'noext', q{SELECT count(*) = 0 FROM idem_records WHERE scope = 'old2'}),
+	'0.4.0: a second round');
+unlike(slurp_file($node->logfile), qr/division by zero/,
+	'a function idem_outbox_purge that is not the extension\'s is never run');
 
 $node->stop;
 done_testing();

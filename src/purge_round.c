@@ -1,0 +1,282 @@
+/*-------------------------------------------------------------------------
+ *
+ * purge_round.c
+ *	  One round of the background purge in one database, run by a purge
+ *	  worker (worker.c, which starts it and owns the processes, the slots
+ *	  and the warning about a database without the extension).
+ *
+ *	  A round: idem_purge(idempotency.purge_batch_size) in the schema of the
+ *	  extension, one batch per transaction, committed after each, with a
+ *	  pause of idempotency.purge_delay between two batches (so a large
+ *	  backlog takes a fraction of a core and spreads its WAL), until a
+ *	  batch removes fewer rows than the batch size; then one LOG line with
+ *	  the total when it is not zero.  idem_purge skips rows locked by other
+ *	  transactions, so a round never waits for a claim; a claim of a key in
+ *	  the batch being deleted waits for that short transaction only.
+ *
+ *	  The outbox: after the records, the same round runs
+ *	  idem_outbox_purge(idempotency.purge_batch_size) the same way (one
+ *	  batch per transaction, purge_delay apart, until a batch removes fewer
+ *	  than the batch size; one LOG line with its own total).  It deletes
+ *	  only messages past their topic's retention that every subscribed
+ *	  consumer group has acknowledged, and skips locked rows too.  It runs
+ *	  only when the extension's schema holds idem_outbox_purge(int4) as a
+ *	  member of the extension (an extension not yet upgraded to 0.5.0 has
+ *	  none: the phase is skipped quietly; a function of that name that is
+ *	  not the extension's is never run, since the worker is a superuser).
+ *	  The SQL-level idem_purge() does not call it: a scheduler calls both.
+ *	  The records come first, so an outbox that fails to purge does not
+ *	  stop the records' purge (their batches are committed by then).
+ *
+ *	  Settings: idempotency.purge_batch_size and purge_delay, defined here
+ *	  (idem_purge_round_init, from module.c's _PG_init) and re-read on
+ *	  SIGHUP between two batches.
+ *
+ *	  Calls query.c (the statements, prepared once per process: a round's
+ *	  process ends with the round) and nothing else of src/.  Memory: every
+ *	  allocation is per transaction (one batch).  Locking and visibility:
+ *	  those of the two SQL functions, each batch with a fresh snapshot.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/pg_namespace.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/interrupt.h"
+#include "storage/latch.h"
+#include "utils/guc.h"
+#include "utils/snapmgr.h"
+
+#include "idempotency.h"
+
+static int	purge_batch_size = 10000;
+static int	purge_delay = 500;		/* milliseconds between two batches */
+
+static IdemQuery q_extension_schema = {
+	"SELECT e.extnamespace FROM pg_catalog.pg_extension e"
+	" WHERE e.extname OPERATOR(pg_catalog.=) 'idempotency'",
+	0, {InvalidOid}
+};
+
+static IdemQuery q_purge_call = {
+	"SELECT @extschema@.idem_purge($1)",
+	1, {INT4OID}
+};
+
+/*
+ * Whether the extension in schema $1 has idem_outbox_purge(int4) (0.5.0
+ * on): that very function, a member of the extension, so that a function
+ * of that name someone else created in the schema is never run by the
+ * worker (a superuser).
+ */
+static IdemQuery q_outbox_present = {
+	"SELECT EXISTS (SELECT FROM pg_catalog.pg_namespace n"
+	" JOIN pg_catalog.pg_depend d"
+	"   ON d.objid OPERATOR(pg_catalog.=) pg_catalog.to_regprocedure(pg_catalog.format("
+	"        '%I.idem_outbox_purge(pg_catalog.int4)', n.nspname))::pg_catalog.oid"
+	" JOIN pg_catalog.pg_extension e ON e.oid OPERATOR(pg_catalog.=) d.refobjid"
+	" WHERE n.oid OPERATOR(pg_catalog.=) $1"
+	"   AND d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass"
+	"   AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass"
+	"   AND d.deptype OPERATOR(pg_catalog.=) 'e'"
+	"   AND e.extname OPERATOR(pg_catalog.=) 'idempotency')",
+	1, {OIDOID}
+};
+
+static IdemQuery q_outbox_purge_call = {
+	"SELECT @extschema@.idem_outbox_purge($1)",
+	1, {INT4OID}
+};
+
+/* Called from _PG_init: defines purge_batch_size and purge_delay. */
+void
+idem_purge_round_init(void)
+{
+	DefineCustomIntVariable("idempotency.purge_batch_size",
+							"Expired records the background worker deletes per transaction.",
+							NULL,
+							&purge_batch_size,
+							10000,
+							1,
+							INT_MAX,
+							PGC_SIGHUP,
+							0,
+							NULL,
+							NULL,
+							NULL);
+
+	DefineCustomIntVariable("idempotency.purge_delay",
+							"Pause of the background purge between two batches of a round.",
+							"Keeps a large backlog from taking a whole core and flooding the WAL; 0 purges batch after batch.",
+							&purge_delay,
+							500,
+							0,
+							INT_MAX,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
+							NULL,
+							NULL,
+							NULL);
+}
+
+/*
+ * The first column of the first row of the current SPI result, which the
+ * statement makes a non-NULL value of type: anything else is a bug.
+ */
+static Datum
+spi_first_value(Oid type, const char *what)
+{
+	bool		isnull;
+	Datum		d;
+
+	if (SPI_tuptable == NULL || SPI_tuptable->numvals < 1 ||
+		SPI_gettypeid(SPI_tuptable->tupdesc, 1) != type)
+		elog(ERROR, "idempotency purge: unexpected result of %s", what);
+	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	if (isnull)
+		elog(ERROR, "idempotency purge: %s is null", what);
+	return d;
+}
+
+/* What one batch of a round found. */
+typedef enum PurgeBatch
+{
+	BATCH_DONE,					/* ran; *removed is its count */
+	BATCH_NO_EXTENSION,			/* the extension is not installed */
+	BATCH_NO_FUNCTION			/* outbox: the extension has no outbox */
+} PurgeBatch;
+
+/*
+ * One batch in its own transaction: idem_purge(batch), or with outbox
+ * idem_outbox_purge(batch), in the schema of the extension.
+ */
+static PurgeBatch
+purge_batch(bool outbox, int batch, int64 *removed)
+{
+	PurgeBatch	result = BATCH_NO_EXTENSION;
+	Oid			nsp = InvalidOid;
+	const char *fname = outbox ? "idem_outbox_purge" : "idem_purge";
+
+	*removed = 0;
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	idem_spi_connect();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	pgstat_report_activity(STATE_RUNNING,
+						   psprintf("SELECT %s(%d)", fname, batch));
+
+	/*
+	 * None of these statements reads idem_records or the outbox's tables:
+	 * pg_extension.extnamespace, the EXISTS and both functions' results are
+	 * NOT NULL, of the types asked for.
+	 */
+	if (idem_query_exec(&q_extension_schema, PG_CATALOG_NAMESPACE,
+						NULL, NULL, true, 1) == 1)
+		nsp = DatumGetObjectId(spi_first_value(OIDOID, "extnamespace"));
+	if (OidIsValid(nsp))
+	{
+		Datum		values[1];
+
+		result = BATCH_DONE;
+		if (outbox)
+		{
+			values[0] = ObjectIdGetDatum(nsp);
+			if (idem_query_exec(&q_outbox_present, PG_CATALOG_NAMESPACE,
+								values, NULL, true, 1) != 1 ||
+				!DatumGetBool(spi_first_value(BOOLOID, "the outbox lookup")))
+				result = BATCH_NO_FUNCTION;
+		}
+		if (result == BATCH_DONE)
+		{
+			values[0] = Int32GetDatum(batch);
+			if (idem_query_exec(outbox ? &q_outbox_purge_call : &q_purge_call,
+								nsp, values, NULL, false, 1) != 1)
+				elog(ERROR, "%s returned no row", fname);
+			*removed = DatumGetInt64(spi_first_value(INT8OID, fname));
+		}
+	}
+
+	SPI_finish();
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	pgstat_report_stat(false);
+	pgstat_report_activity(STATE_IDLE, NULL);
+	return result;
+}
+
+/*
+ * Batches of idem_purge, or with outbox of idem_outbox_purge, until one
+ * removes fewer than the batch size, idempotency.purge_delay apart; *total
+ * and *batches count what ran.  Returns the last batch's PurgeBatch.
+ */
+static PurgeBatch
+purge_phase(bool outbox, int64 *total, int *batches)
+{
+	*total = 0;
+	*batches = 0;
+	for (;;)
+	{
+		int			batch;
+		int64		removed;
+		PurgeBatch	r;
+
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+		batch = purge_batch_size;
+
+		r = purge_batch(outbox, batch, &removed);
+		if (r != BATCH_DONE)
+			return r;
+
+		(*batches)++;
+		*total += removed;
+		if (removed < batch)
+			return BATCH_DONE;
+
+		/* Throttle: the next batch after idempotency.purge_delay. */
+		if (purge_delay > 0)
+		{
+			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							 purge_delay, PG_WAIT_EXTENSION);
+			ResetLatch(MyLatch);
+		}
+	}
+}
+
+/*
+ * One round in the current database (the database dbname of a purge
+ * worker, worker.c); see the header comment.  Returns false, having done
+ * nothing, when the extension is not installed there.
+ */
+bool
+idem_purge_round(const char *dbname)
+{
+	int64		total;
+	int			batches;
+
+	if (purge_phase(false, &total, &batches) == BATCH_NO_EXTENSION)
+		return false;
+
+	if (total > 0)
+		ereport(LOG,
+				(errmsg_plural("idempotency purge: removed " INT64_FORMAT " expired records in database \"%s\" (%d transaction)",
+							   "idempotency purge: removed " INT64_FORMAT " expired records in database \"%s\" (%d transactions)",
+							   batches, total, dbname, batches)));
+
+	/* The outbox (0.5.0 on): acknowledged messages past their retention. */
+	if (purge_phase(true, &total, &batches) == BATCH_DONE && total > 0)
+		ereport(LOG,
+				(errmsg_plural("idempotency purge: removed " INT64_FORMAT " outbox messages in database \"%s\" (%d transaction)",
+							   "idempotency purge: removed " INT64_FORMAT " outbox messages in database \"%s\" (%d transactions)",
+							   batches, total, dbname, batches)));
+	return true;
+}

@@ -30,6 +30,7 @@ bar_of() {
         transition) echo 0.95;;
         citus|citus_dup|citus_at|citus_at_dup|citus_at_typed) echo 0.9;;
         citus_business) echo 0.9;;
+        portable_new|portable_dup) echo 0.9;;
         *) echo -;;
     esac
 }
@@ -52,6 +53,10 @@ what_of() {
         citus_at_typed) echo "claims/s through a Citus coordinator, by shard key: idem_claim_at's C function with a bigint shard key, a distributed function (delegated) vs INSERT ON CONFLICT, new keys";;
         citus_at_dup) echo "claims/s through a Citus coordinator, by shard key: the same, key exists";;
         citus_business) echo "tx/s through a Citus coordinator: claim + co-located ledger INSERT in BEGIN..COMMIT, guarded by idem_claim vs the INSERT";;
+        portable_new) echo "claims/s: the portable edition's idem_claim vs INSERT ON CONFLICT, new keys (C edition: table below)";;
+        portable_dup) echo "claims/s: the same, key exists";;
+        portable_business) echo "tx/s: UPDATE + INSERT guarded by the portable idem_claim vs by the INSERT";;
+        portable_guard) echo "updates/s: UPDATE of a table guarded by the portable idem_guard vs WHERE status = ..., unguarded";;
     esac
 }
 
@@ -110,6 +115,27 @@ if [ -s "$RAW" ]; then
         done
     done
 fi
+# The portable pairs: three sides, P (A) the portable edition, H (B) the
+# hand-written SQL, C the C edition.
+if awk -F '\t' '$3 == "C" { found = 1 } END { exit !found }' "$RAW"; then
+    echo
+    echo "portable edition (issue 22): P = portable (plain script in database bench_p), H = hand-written SQL, C = C edition;"
+    echo "ops/s medians, the ratios of the medians, server CPU us/op medians (rounds interleaved P, H, C):"
+    printf '  %-17s %-4s %8s %8s %8s %6s %6s %6s %7s %7s %7s\n' pair sync "P ops/s" "H ops/s" "C ops/s" "P/H" "C/H" "P/C" "CPU P" "CPU H" "CPU C"
+    for sync in $BENCH_SYNC; do
+        for pair in $BENCH_PAIRS; do
+            [ -n "$(col "$sync" "$pair" C 5)" ] || continue
+            tp=$(col "$sync" "$pair" A 5 | median); th=$(col "$sync" "$pair" B 5 | median); tc=$(col "$sync" "$pair" C 5 | median)
+            cp_=$(cpuop "$sync" "$pair" A | median); ch=$(cpuop "$sync" "$pair" B | median); cc=$(cpuop "$sync" "$pair" C | median)
+            awk -v pair="$pair" -v s="$sync" -v p="$tp" -v h="$th" -v c="$tc" -v cp="$cp_" -v ch="$ch" -v cc="$cc" 'BEGIN {
+                printf "  %-17s %-4s %8.0f %8.0f %8.0f %6.3f %6.3f %6.3f %7.1f %7.1f %7.1f\n", pair, s, p, h, c, p / h, c / h, p / c, cp, ch, cc }'
+            printf '  %-17s %-4s rounds P: %s  H: %s  C: %s\n' "" "" \
+                "$(col "$sync" "$pair" A 5 | awk '{ printf "%s%.0f", (NR > 1) ? " " : "", $1 }')" \
+                "$(col "$sync" "$pair" B 5 | awk '{ printf "%s%.0f", (NR > 1) ? " " : "", $1 }')" \
+                "$(col "$sync" "$pair" C 5 | awk '{ printf "%s%.0f", (NR > 1) ? " " : "", $1 }')"
+        done
+    done
+fi
 purge_info=$(awk -F '\t' '$2 == "purge" && $3 == "A" { print $1 ": " $10 }' "$RAW" | tr '\n' ';' | sed 's/;$//; s/;/; /g')
 [ -z "$purge_info" ] || echo "purge A runs (records purged during the run, expired left): $purge_info"
 echo "ops/s: claims per second (batch: keys per second; business: transactions; transition: updates),"
@@ -123,7 +149,7 @@ if awk -F '\t' '$2 !~ /^citus/ { found = 1 } END { exit !found }' "$RAW"; then
     echo "WAL bytes per operation by resource manager (pg_waldump --stats, all rounds; records/op in brackets):"
     for sync in $BENCH_SYNC; do
         for pair in $BENCH_PAIRS; do
-            for side in A B; do
+            for side in A B C; do
                 [ -n "$(col "$sync" "$pair" "$side" 5)" ] || continue
                 case $pair in citus*) continue;; esac   # no breakdown across nodes
                 awk -F '\t' -v s="$sync" -v p="$pair" -v d="$side" -v n="$(ops_per_tx "$pair")" '

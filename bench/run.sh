@@ -29,7 +29,12 @@
 #                      is not installed), plus the optional citus_at_dup
 #                      and citus_at_typed (a typed twin, delegated);
 #                      outbox outbox_sql outbox_fetch: the outbox (issue
-#                      24), everything about them in bench/outbox.sh
+#                      24), everything about them in bench/outbox.sh;
+#                      and, not in the default list, portable_new
+#                      portable_dup portable_business portable_guard (or
+#                      `portable` for the four): the portable edition (A)
+#                      against the hand-written SQL (B) and the C edition
+#                      (C), three sides interleaved A, B, C (issue 22)
 #   BENCH_SYNC         synchronous_commit settings to run ["off on"]
 #   BENCH_SCALE_ROWS   live records for "scale" and bytes/record, loaded
 #                      when scale or scale_sql is among the pairs [10000000]
@@ -105,9 +110,10 @@ for v in BENCH_SECONDS BENCH_ROUNDS BENCH_CLIENTS BENCH_WARMUP BENCH_SCALE_ROWS 
 done
 [ "$BENCH_ROUNDS" -ge 1 ] && [ "$BENCH_CLIENTS" -ge 1 ] && [ "$BENCH_SECONDS" -ge 1 ] \
     || idem_die "BENCH_ROUNDS, BENCH_CLIENTS and BENCH_SECONDS must be at least 1"
+BENCH_PAIRS=$(echo " $BENCH_PAIRS " | sed 's/ portable / portable_new portable_dup portable_business portable_guard /g; s/^ *//; s/ *$//')
 for p in $BENCH_PAIRS; do
     outbox_pair "$p" && continue
-    case $p in new|dup|business|overhead|batch|batch_stmts|scale|scale_sql|purge|transition|citus|citus_dup|citus_at|citus_at_dup|citus_at_typed|citus_business|none) ;;
+    case $p in new|dup|business|overhead|batch|batch_stmts|scale|scale_sql|purge|transition|citus|citus_dup|citus_at|citus_at_dup|citus_at_typed|citus_business|portable_new|portable_dup|portable_business|portable_guard|none) ;;
         *) idem_die "unknown pair '$p' in BENCH_PAIRS";; esac
 done
 for s in $BENCH_SYNC; do
@@ -204,6 +210,33 @@ for db in bench scale; do
     q "$db" -f "$S/schema.sql" >/dev/null || idem_die "loading bench/schema.sql failed"
     baseline_extras "q $db"
 done
+
+# The portable edition (issue 22, docs/managed.md) for the portable_*
+# pairs: the plain script of the tree under test, built with `make
+# portable` in the private copy of the checkout (no C involved), run into
+# schema public of database bench_p of the same cluster, with
+# bench/schema.sql (its own hand-written table).  The C edition stays in
+# database bench.
+portable_pair() { case $1 in portable_*) return 0;; *) return 1;; esac; }
+PORTABLE_SCRIPT=
+portable_db() { # db: create it with the portable edition and bench/schema.sql
+    q postgres -c "CREATE DATABASE $1" >/dev/null &&
+    idem_as_pg env PGOPTIONS="-c idempotency.install_schema=public" psql -X -q -v ON_ERROR_STOP=1 \
+        -h "$IDEM_PGHOST" -p "$IDEM_PGPORT" -U postgres -d "$1" -f "$PORTABLE_SCRIPT" >/dev/null &&
+    q "$1" -f "$S/schema.sql" >/dev/null
+}
+if [[ " $BENCH_PAIRS " == *" portable_"* ]]; then
+    if [ "$BENCH_BUILD" = 1 ] && make -C "$WORK/build" -s PG_CONFIG=/nonexistent portable >"$WORK/portable.log" 2>&1; then
+        PORTABLE_SCRIPT=$S/$(basename "$WORK"/build/build/portable/idempotency-portable--*.sql)
+        cp "$WORK"/build/build/portable/idempotency-portable--*.sql "$PORTABLE_SCRIPT"
+        [ "$(id -u)" -ne 0 ] || chown postgres: "$PORTABLE_SCRIPT"
+        portable_db bench_p || idem_die "installing the portable edition into database bench_p failed"
+        baseline_extras "q bench_p"
+    else
+        PORTABLE_SCRIPT=missing
+        [ "$BENCH_BUILD" = 1 ] && cat "$WORK/portable.log" >&2
+    fi
+fi
 
 has_function() { # signature -> 0 when installed
     [ "$(q bench -c "SELECT to_regprocedure('$1') IS NOT NULL")" = t ]
@@ -320,6 +353,11 @@ side_db() { # pair side
         scale/A|scale_sql/A) echo scale;;
         purge/*) echo purge;;
         transition/*) echo orders;;
+        portable_guard/A) echo orders_p;;
+        portable_guard/B) echo orders;;
+        portable_guard/C) echo orders_c;;
+        portable_*/C) echo bench;;
+        portable_*/*) echo bench_p;;
         citus/*|citus_dup/*|citus_business/*) echo bench;;   # on the Citus coordinator
         citus_at/*|citus_at_dup/*|citus_at_typed/*) echo bench_at;;
         *) echo bench;;
@@ -361,7 +399,14 @@ side_script() { # pair side
         batch_stmts/B) echo batch_stmts.pgbench;;
         batch/B) echo batch_loop.pgbench;;
         transition/A) echo transition_can.pgbench;;
-        transition/B) echo transition_where.pgbench;;
+        transition/B|portable_guard/B) echo transition_where.pgbench;;
+        portable_new/A|portable_new/C) echo new_claim.pgbench;;
+        portable_new/B) echo new_insert.pgbench;;
+        portable_dup/A|portable_dup/C) echo dup_claim.pgbench;;
+        portable_dup/B) echo dup_insert.pgbench;;
+        portable_business/A|portable_business/C) echo business_claim.pgbench;;
+        portable_business/B) echo business_insert.pgbench;;
+        portable_guard/A|portable_guard/C) echo guard_update.pgbench;;
     esac
 }
 # Operations per pgbench transaction (claims, keys, business transactions
@@ -418,6 +463,47 @@ setup_pair() { # pair: once per pair and setting; returns 1 to skip the pair
         citus_dup)
             citus_load_dups bench || return 2
             ;;
+        portable_*)
+            if [ "$PORTABLE_SCRIPT" = missing ]; then
+                SKIPPED+=("$1: skipped: the portable edition needs the private build (BENCH_BUILD=1); see above")
+                return 1
+            fi
+            local db
+            case $1 in
+                portable_dup)
+                    for db in bench_p bench; do
+                        q "$db" -c "TRUNCATE idem_records, bench_claims" \
+                            -c "SELECT bench_load('idem_records', 'bench', $BENCH_DUP_ROWS, '', 1, now() - interval '1 hour', now())" \
+                            -c "SELECT bench_load('bench_claims', 'bench', $BENCH_DUP_ROWS, '', 1, now() - interval '1 hour', now())" \
+                            -c "VACUUM ANALYZE idem_records" -c "VACUUM ANALYZE bench_claims" >/dev/null || return 2
+                    done;;
+                portable_business)
+                    for db in bench_p bench; do
+                        q "$db" -c "TRUNCATE bench_accounts" \
+                            -c "INSERT INTO bench_accounts (id) SELECT g FROM generate_series(1, $BENCH_ACCOUNTS) g" \
+                            -c "VACUUM ANALYZE bench_accounts" >/dev/null || return 2
+                    done;;
+                portable_guard)
+                    # The same orders three times: unguarded (B, the
+                    # hand-written WHERE status = ...), guarded by the C
+                    # edition (C) and by the portable edition (A).
+                    local machine="SELECT idem_machine_define('order', '{
+                        \"initial\": [\"pending_payment\"],
+                        \"transitions\": {\"pending_payment\": [\"paid\", \"cancelled\"],
+                                          \"paid\": [\"shipped\", \"refunded\"],
+                                          \"shipped\": [\"delivered\"]}}')"
+                    local orders="INSERT INTO bench_orders (id, status) SELECT g, 'pending_payment' FROM generate_series(1, $BENCH_ORDERS) g"
+                    log "preparing databases orders_tpl, orders_c_tpl, orders_p_tpl ($BENCH_ORDERS orders each)"
+                    make_template orders_tpl -c "$machine" -c "$orders" -c "VACUUM ANALYZE bench_orders" || return 2
+                    make_template orders_c_tpl -c "$machine" -c "$orders" \
+                        -c "SELECT idem_guard('bench_orders', 'status', 'order')" -c "VACUUM ANALYZE bench_orders" || return 2
+                    if [ "$(q postgres -c "SELECT count(*) FROM pg_database WHERE datname = 'orders_p_tpl'")" = 0 ]; then
+                        portable_db orders_p_tpl && q orders_p_tpl -c "$machine" -c "$orders" \
+                            -c "SELECT idem_guard('bench_orders', 'status', 'order')" -c "VACUUM ANALYZE bench_orders" >/dev/null || return 2
+                    fi
+                    for db in orders orders_c orders_p; do copy_template "$db" "${db}_tpl" || return 2; done;;
+            esac
+            ;;
         citus_at|citus_at_dup|citus_at_typed)
             if [ "$CITUS_AT" = missing ]; then
                 SKIPPED+=("$1: skipped: function idem_claim_at(\"any\", text, text, interval, text) not installed")
@@ -464,6 +550,15 @@ prepare_run() { # pair side
         citus_at|citus_at_typed)
             q bench_at -c "TRUNCATE idem_records, bench_claims" >/dev/null;;
         citus_dup|citus_at_dup) ;;
+        portable_new)
+            q bench_p -c "TRUNCATE idem_records, bench_claims" >/dev/null &&
+            q bench -c "TRUNCATE idem_records, bench_claims" >/dev/null;;
+        portable_dup) ;;
+        portable_business)
+            q bench_p -c "TRUNCATE idem_records, bench_claims, bench_ledger" -c "VACUUM bench_accounts" >/dev/null &&
+            q bench -c "TRUNCATE idem_records, bench_claims, bench_ledger" -c "VACUUM bench_accounts" >/dev/null;;
+        portable_guard)
+            copy_template "$(side_db "$1" "$2")" "$(side_db "$1" "$2")_tpl";;
     esac || return 2
     if citus_pair "$1"; then
         citus_all "CHECKPOINT"
@@ -572,6 +667,7 @@ mkdir -p "$WORK/out"
 [ "$(id -u)" -ne 0 ] || chown postgres: "$WORK/out"
 
 # run_pair SYNC PAIR: set up, warm up, then the rounds A, B, A, B, ...
+# (A, B, C, A, B, C, ... for a pair with a side C)
 run_pair() {
     local sync=$1 pair=$2 failed=0 r
     setup_pair "$pair"
@@ -581,10 +677,13 @@ run_pair() {
         *) idem_die "setting up pair $pair failed";;
     esac
     log "pair $pair, synchronous_commit = $sync"
-    run_side "$sync" "$pair" A 0 && run_side "$sync" "$pair" B 0 \
+    # A third side C (the portable pairs: the C edition) runs after B.
+    local c=true
+    [ -z "$(side_script "$pair" C)" ] || c="run_side $sync $pair C"
+    run_side "$sync" "$pair" A 0 && run_side "$sync" "$pair" B 0 && $c 0 \
         || { SKIPPED+=("$pair ($sync): failed, see the log above"); return 0; }
     for r in $(seq 1 "$BENCH_ROUNDS"); do
-        run_side "$sync" "$pair" A "$r" && run_side "$sync" "$pair" B "$r" || { failed=1; break; }
+        run_side "$sync" "$pair" A "$r" && run_side "$sync" "$pair" B "$r" && $c "$r" || { failed=1; break; }
     done
     [ "$failed" = 0 ] || SKIPPED+=("$pair ($sync): failed, see the log above")
 }

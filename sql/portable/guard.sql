@@ -517,7 +517,7 @@ DECLARE
     _tgoid pg_catalog.oid;
     _args pg_catalog.text[];
     _deps pg_catalog.int2[];
-    _table pg_catalog.text := pg_catalog.format('%I.%I', TG_TABLE_SCHEMA, TG_TABLE_NAME);
+    _table pg_catalog.text;
     _doing pg_catalog.text;
     fname pg_catalog.text;
     mname pg_catalog.text;
@@ -541,6 +541,29 @@ DECLARE
     _column pg_catalog.text;
     _child pg_catalog.text;
 BEGIN
+    -- The children trigger fires for every UPDATE statement of a guarded
+    -- table, which almost never has inheritance children: its common case
+    -- first, in one catalog read (reading guard_role in full for it was
+    -- nine tenths of a guarded one-row UPDATE).  The trigger's arguments
+    -- are TG_ARGV (the relcache's split of pg_trigger.tgargs); tgtype & 127
+    -- = 18 is BEFORE, UPDATE only, per statement, not INSTEAD OF, which is
+    -- what guard_role asks of a children trigger (with no UPDATE OF
+    -- columns and no WHEN).  Anything else takes the long way below.
+    IF TG_LEVEL OPERATOR(pg_catalog.=) 'STATEMENT' AND TG_OP OPERATOR(pg_catalog.=) 'UPDATE'
+       AND TG_NARGS OPERATOR(pg_catalog.=) 4 AND TG_ARGV[3] OPERATOR(pg_catalog.=) 'children' THEN
+        PERFORM FROM pg_catalog.pg_trigger AS t
+                JOIN pg_catalog.pg_class AS c ON c.oid OPERATOR(pg_catalog.=) t.tgrelid
+          WHERE t.tgrelid OPERATOR(pg_catalog.=) TG_RELID AND t.tgname OPERATOR(pg_catalog.=) TG_NAME
+            AND (t.tgtype::pg_catalog.int4 OPERATOR(pg_catalog.&) 127) OPERATOR(pg_catalog.=) 18
+            AND COALESCE(pg_catalog.cardinality(t.tgattr::pg_catalog.int2[]), 0) OPERATOR(pg_catalog.=) 0
+            AND t.tgqual IS NULL
+            AND NOT c.relhassubclass;
+        IF FOUND THEN
+            RETURN NULL;
+        END IF;
+    END IF;
+    _table := pg_catalog.format('%I.%I', TG_TABLE_SCHEMA, TG_TABLE_NAME);
+
     IF TG_OP OPERATOR(pg_catalog.<>) 'INSERT' AND TG_OP OPERATOR(pg_catalog.<>) 'UPDATE' THEN
         _role := NULL;
     ELSE

@@ -22,7 +22,7 @@
 -- One clock reading per call decides expiry for every key.
 
 -- claim_one: _claimed := whether this transaction now owns (_scope,
--- _key), claimed as idem_claim claims it (src/claim.c, idem_claim_one) at
+-- _key), claimed as idem_claim claims it (src/claim.c, claim_internal) at
 -- the call's clock now_ with expiry expires and fingerprint digest fp;
 -- fname names the caller in errors.
 -- portable-fragment: claim_one
@@ -189,7 +189,7 @@ BEGIN
 
     now_ := pg_catalog.clock_timestamp();
 
-    -- The expiry (src/idempotency.c, idem_expiry and idem_add_interval).
+    -- The expiry (src/args.c, idem_expiry and idem_add_interval).
     span := ttl;
     IF span IS NULL THEN
         setting := pg_catalog.current_setting('idempotency.default_ttl', true);

@@ -74,7 +74,7 @@ BEGIN
             USING ERRCODE = '22023', DETAIL = pg_catalog.format('The lease given was %s.', lease);
     END IF;
 
-    -- The expiry (src/idempotency.c, idem_expiry and idem_add_interval).
+    -- The expiry (src/args.c, idem_expiry and idem_add_interval).
     span := ttl;
     IF span IS NULL THEN
         setting := pg_catalog.current_setting('idempotency.default_ttl', true);

@@ -1,6 +1,6 @@
 -- Portable bodies (docs/managed.md) of the core claim API: the C symbols of
 -- sql/idempotency.sql, whose C is src/claim.c, src/records.c and
--- src/idempotency.c.  sql/portable/generate.pl puts each block below in
+-- src/args.c.  sql/portable/generate.pl puts each block below in
 -- place of `AS 'MODULE_PATHNAME', 'SYMBOL' LANGUAGE C` in the shared
 -- declaration, which keeps the name, arguments, defaults, result and
 -- labels; a block is only `-- portable: SYMBOL`, LANGUAGE and AS.
@@ -196,7 +196,7 @@ BEGIN
         now_ := pg_catalog.clock_timestamp();
     END IF;
 
-    -- The expiry (src/idempotency.c, idem_expiry and idem_add_interval).
+    -- The expiry (src/args.c, idem_expiry and idem_add_interval).
     span := ttl;
     IF span IS NULL AND expires IS NULL THEN
         setting := pg_catalog.current_setting('idempotency.default_ttl', true);

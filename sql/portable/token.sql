@@ -42,7 +42,7 @@ BEGIN
     END IF;
 
     now_ := pg_catalog.clock_timestamp();
-    -- now + ttl (src/idempotency.c, idem_add_interval).
+    -- now + ttl (src/args.c, idem_add_interval).
     IF pg_catalog.abs(pg_catalog.date_part('year', ttl)) OPERATOR(pg_catalog.<) 1000
        AND pg_catalog.abs(pg_catalog.date_part('day', ttl)) OPERATOR(pg_catalog.<) 300000
        AND pg_catalog.abs(pg_catalog.date_part('hour', ttl)) OPERATOR(pg_catalog.<) 7000000 THEN

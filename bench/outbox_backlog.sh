@@ -29,9 +29,7 @@ STEPS=${OUTBOX_STEPS:-20}
 AGGS=${OUTBOX_AGGREGATES:-1000}
 
 idem_setup
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/idempotency-bench.XXXXXX") || idem_die "mktemp failed"
-chmod 755 "$WORK"
-[ "$(id -u)" -ne 0 ] || chown postgres: "$WORK"
+WORK=$(idem_workdir) || idem_die "mktemp failed"
 idem_work_trap
 IDEM_PRIVATE_BUILD=${BENCH_BUILD:-1} idem_private_install "$WORK"
 idem_cluster_start "$WORK/cluster" "fsync = on" "synchronous_commit = off" \

@@ -32,9 +32,7 @@ SLOW_STOP=${OUTBOX_SLOW_STOP:-20}
 RATE=${OUTBOX_RATE:-300}
 
 idem_setup
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/idempotency-bench.XXXXXX") || idem_die "mktemp failed"
-chmod 755 "$WORK"
-[ "$(id -u)" -ne 0 ] || chown postgres: "$WORK"
+WORK=$(idem_workdir) || idem_die "mktemp failed"
 idem_work_trap
 IDEM_PRIVATE_BUILD=${BENCH_BUILD:-1} idem_private_install "$WORK"
 idem_cluster_start "$WORK/cluster" "shared_preload_libraries = 'idempotency'" \

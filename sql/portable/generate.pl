@@ -40,7 +40,9 @@
 #   - a block may include fragments shared with other blocks: a line
 #     `@@NAME@@` is replaced by the text of `-- portable-fragment: NAME`
 #     then `FRAGMENT AS $$ ... $$;` in sql/portable/*.sql (fragments may
-#     include fragments; an unused or undefined fragment is an error);
+#     include fragments; an unused or undefined fragment is an error); a
+#     fragment whose text has `{{ARG}}` is included as `@@NAME(WORD)@@`,
+#     WORD replacing it (the caller's name in the fragment's messages);
 #   - a C function without such a block must be named in
 #     sql/portable/exceptions.txt (`omit-function NAME reason`); it is
 #     left out, with the COMMENT, GRANT, REVOKE and CREATE TRIGGER
@@ -207,18 +209,25 @@ for my $file (sort glob("$here/*.sql")) {
 }
 
 # Expand the @@NAME@@ lines of a text (fragments may use fragments).
+my $ARG_MARK = '{{ARG}}';    # in a fragment: the WORD of @@NAME(WORD)@@
 sub expand {
     my ($text, $where, $depth) = @_;
     fail("$where: fragments nested more than 8 deep") if $depth > 8;
-    $text =~ s{^([ \t]*)\@\@(\w+)\@\@[ \t]*\n}{
-        my ($indent, $name) = ($1, $2);
+    $text =~ s{^([ \t]*)\@\@(\w+)(?:\((\w+)\))?\@\@[ \t]*\n}{
+        my ($indent, $name, $arg) = ($1, $2, $3);
         fail("$where uses the fragment $name, which sql/portable/*.sql does not define") unless exists $fragment{$name};
         $fragment_used{$name} = 1;
         my $f = expand($fragment{$name}, "fragment $name", $depth + 1);
+        if (index($f, $ARG_MARK) >= 0) {
+            defined $arg or fail("$where: the fragment $name takes an argument: \@\@$name(WORD)\@\@");
+            $f =~ s/\Q$ARG_MARK\E/$arg/g;
+        } else {
+            defined $arg and fail("$where: the fragment $name takes no argument");
+        }
         $f =~ s/^(?=.)/$indent/mg;
         $f;
     }gme;
-    fail("$where: \@\@NAME\@\@ must stand alone on its line") if $text =~ /\@\@\w+\@\@/;
+    fail("$where: \@\@NAME\@\@ must stand alone on its line") if $text =~ /\@\@\w+(\(\w+\))?\@\@/;
     return $text;
 }
 for my $sym (keys %body) {

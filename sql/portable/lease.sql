@@ -75,63 +75,7 @@ BEGIN
     END IF;
 
     -- The expiry (src/args.c, idem_expiry and idem_add_interval).
-    span := ttl;
-    IF span IS NULL THEN
-        setting := pg_catalog.current_setting('idempotency.default_ttl', true);
-        IF setting IS NULL OR setting OPERATOR(pg_catalog.=) '' THEN
-            -- The default: 7 days cannot leave the range of timestamptz.
-            span := '7 days';
-            expires := now_ OPERATOR(pg_catalog.+) span;
-        ELSIF pg_catalog.lower(setting) OPERATOR(pg_catalog.=) 'infinity' THEN
-            expires := 'infinity';
-        ELSE
-            -- A placeholder setting is checked when used, not when set
-            -- (a subtransaction only when idempotency.default_ttl is set).
-            BEGIN
-                span := setting::pg_catalog.interval;
-            EXCEPTION WHEN invalid_datetime_format OR datetime_field_overflow
-                           OR interval_field_overflow THEN
-                RAISE EXCEPTION 'invalid value for parameter "idempotency.default_ttl": "%"', setting
-                    USING ERRCODE = '22023',
-                          DETAIL = pg_catalog.format('"%s" is not a valid interval.', setting),
-                          HINT = 'Use an interval such as ''7 days'', or ''infinity''.';
-            END;
-            IF span OPERATOR(pg_catalog.<=) '0'::pg_catalog.interval THEN
-                RAISE EXCEPTION 'invalid value for parameter "idempotency.default_ttl": "%"', setting
-                    USING ERRCODE = '22023', DETAIL = 'The default TTL must be positive.';
-            END IF;
-        END IF;
-    END IF;
-    IF expires IS NULL THEN
-        IF pg_catalog.abs(pg_catalog.date_part('year', span)) OPERATOR(pg_catalog.<) 1000
-           AND pg_catalog.abs(pg_catalog.date_part('day', span)) OPERATOR(pg_catalog.<) 300000
-           AND pg_catalog.abs(pg_catalog.date_part('hour', span)) OPERATOR(pg_catalog.<) 7000000 THEN
-            expires := now_ OPERATOR(pg_catalog.+) span;
-        ELSE
-            BEGIN
-                expires := now_ OPERATOR(pg_catalog.+) span;
-            EXCEPTION WHEN datetime_field_overflow THEN
-                IF pg_catalog.date_part('year', span) OPERATOR(pg_catalog.>=) 0
-                   AND pg_catalog.date_part('month', span) OPERATOR(pg_catalog.>=) 0
-                   AND pg_catalog.date_part('day', span) OPERATOR(pg_catalog.>=) 0
-                   AND pg_catalog.date_part('hour', span) OPERATOR(pg_catalog.>=) 0
-                   AND pg_catalog.date_part('minute', span) OPERATOR(pg_catalog.>=) 0
-                   AND pg_catalog.date_part('second', span) OPERATOR(pg_catalog.>=) 0 THEN
-                    RAISE EXCEPTION 'idem_begin: ttl is out of range'
-                        USING ERRCODE = '22023',
-                              DETAIL = pg_catalog.format('The ttl given was %s; the resulting time is outside the range of timestamptz.', span),
-                              HINT = 'To keep keys forever, set idempotency.default_ttl to ''infinity'' and pass no ttl.';
-                END IF;
-                RAISE EXCEPTION 'idem_begin: ttl is out of range'
-                    USING ERRCODE = '22023',
-                          DETAIL = pg_catalog.format('The ttl given was %s; the resulting time is outside the range of timestamptz.', span);
-            END;
-        END IF;
-        IF expires OPERATOR(pg_catalog.<=) now_ THEN
-            RAISE EXCEPTION 'idem_begin: ttl must be positive'
-                USING ERRCODE = '22023', DETAIL = pg_catalog.format('The ttl given was %s.', span);
-        END IF;
-    END IF;
+    @@expiry(idem_begin)@@
 
     IF fingerprint IS NOT NULL THEN
         fp := pg_catalog.sha256(pg_catalog.convert_to(fingerprint, pg_catalog.getdatabaseencoding()));

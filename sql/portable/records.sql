@@ -47,6 +47,75 @@ BEGIN
 END
 $$;
 
+-- expiry: expires := now_ + the ttl (span := ttl, or the setting
+-- idempotency.default_ttl, or 7 days; 'infinity' as set), as the C's
+-- idem_expiry and idem_add_interval (src/args.c), unless expires is set
+-- already; the caller's name, the fragment's argument, in the errors.
+-- Works on the caller's ttl, now_, expires, span and setting.
+-- portable-fragment: expiry
+FRAGMENT AS $$
+span := ttl;
+IF span IS NULL AND expires IS NULL THEN
+    setting := pg_catalog.current_setting('idempotency.default_ttl', true);
+    IF setting IS NULL OR setting OPERATOR(pg_catalog.=) '' THEN
+        -- The default: 7 days cannot leave the range of timestamptz.
+        span := '7 days';
+        expires := now_ OPERATOR(pg_catalog.+) span;
+    ELSIF pg_catalog.lower(setting) OPERATOR(pg_catalog.=) 'infinity' THEN
+        expires := 'infinity';
+    ELSE
+        -- A placeholder setting is checked when used, not when set
+        -- (a subtransaction only when idempotency.default_ttl is set).
+        BEGIN
+            span := setting::pg_catalog.interval;
+        EXCEPTION WHEN invalid_datetime_format OR datetime_field_overflow
+                       OR interval_field_overflow THEN
+            RAISE EXCEPTION 'invalid value for parameter "idempotency.default_ttl": "%"', setting
+                USING ERRCODE = '22023',
+                      DETAIL = pg_catalog.format('"%s" is not a valid interval.', setting),
+                      HINT = 'Use an interval such as ''7 days'', or ''infinity''.';
+        END;
+        IF span OPERATOR(pg_catalog.<=) '0'::pg_catalog.interval THEN
+            RAISE EXCEPTION 'invalid value for parameter "idempotency.default_ttl": "%"', setting
+                USING ERRCODE = '22023', DETAIL = 'The default TTL must be positive.';
+        END IF;
+    END IF;
+END IF;
+IF expires IS NULL THEN
+    -- Fields this small cannot leave the range of timestamptz: no
+    -- subtransaction on the usual path.
+    IF pg_catalog.abs(pg_catalog.date_part('year', span)) OPERATOR(pg_catalog.<) 1000
+       AND pg_catalog.abs(pg_catalog.date_part('day', span)) OPERATOR(pg_catalog.<) 300000
+       AND pg_catalog.abs(pg_catalog.date_part('hour', span)) OPERATOR(pg_catalog.<) 7000000 THEN
+        expires := now_ OPERATOR(pg_catalog.+) span;
+    ELSE
+        BEGIN
+            expires := now_ OPERATOR(pg_catalog.+) span;
+        EXCEPTION WHEN datetime_field_overflow THEN
+            -- The hint for a ttl without negative fields (months, days, time).
+            IF pg_catalog.date_part('year', span) OPERATOR(pg_catalog.>=) 0
+               AND pg_catalog.date_part('month', span) OPERATOR(pg_catalog.>=) 0
+               AND pg_catalog.date_part('day', span) OPERATOR(pg_catalog.>=) 0
+               AND pg_catalog.date_part('hour', span) OPERATOR(pg_catalog.>=) 0
+               AND pg_catalog.date_part('minute', span) OPERATOR(pg_catalog.>=) 0
+               AND pg_catalog.date_part('second', span) OPERATOR(pg_catalog.>=) 0 THEN
+                RAISE EXCEPTION '{{ARG}}: ttl is out of range'
+                    USING ERRCODE = '22023',
+                          DETAIL = pg_catalog.format('The ttl given was %s; the resulting time is outside the range of timestamptz.', span),
+                          HINT = 'To keep keys forever, set idempotency.default_ttl to ''infinity'' and pass no ttl.';
+            END IF;
+            RAISE EXCEPTION '{{ARG}}: ttl is out of range'
+                USING ERRCODE = '22023',
+                      DETAIL = pg_catalog.format('The ttl given was %s; the resulting time is outside the range of timestamptz.', span);
+        END;
+    END IF;
+    IF expires OPERATOR(pg_catalog.<=) now_ THEN
+        RAISE EXCEPTION '{{ARG}}: ttl must be positive'
+            USING ERRCODE = '22023', DETAIL = pg_catalog.format('The ttl given was %s.', span);
+    END IF;
+END IF;
+$$;
+
 -- idem_claim(scope, key, ttl, fingerprint): src/claim.c's claim_internal
 -- and idem_claim_spi.  INSERT ... ON CONFLICT DO NOTHING decides through
 -- the primary key (it waits for an uncommitted claim of the key, and
@@ -197,66 +266,7 @@ BEGIN
     END IF;
 
     -- The expiry (src/args.c, idem_expiry and idem_add_interval).
-    span := ttl;
-    IF span IS NULL AND expires IS NULL THEN
-        setting := pg_catalog.current_setting('idempotency.default_ttl', true);
-        IF setting IS NULL OR setting OPERATOR(pg_catalog.=) '' THEN
-            -- The default: 7 days cannot leave the range of timestamptz.
-            span := '7 days';
-            expires := now_ OPERATOR(pg_catalog.+) span;
-        ELSIF pg_catalog.lower(setting) OPERATOR(pg_catalog.=) 'infinity' THEN
-            expires := 'infinity';
-        ELSE
-            -- A placeholder setting is checked when used, not when set
-            -- (a subtransaction only when idempotency.default_ttl is set).
-            BEGIN
-                span := setting::pg_catalog.interval;
-            EXCEPTION WHEN invalid_datetime_format OR datetime_field_overflow
-                           OR interval_field_overflow THEN
-                RAISE EXCEPTION 'invalid value for parameter "idempotency.default_ttl": "%"', setting
-                    USING ERRCODE = '22023',
-                          DETAIL = pg_catalog.format('"%s" is not a valid interval.', setting),
-                          HINT = 'Use an interval such as ''7 days'', or ''infinity''.';
-            END;
-            IF span OPERATOR(pg_catalog.<=) '0'::pg_catalog.interval THEN
-                RAISE EXCEPTION 'invalid value for parameter "idempotency.default_ttl": "%"', setting
-                    USING ERRCODE = '22023', DETAIL = 'The default TTL must be positive.';
-            END IF;
-        END IF;
-    END IF;
-    IF expires IS NULL THEN
-        -- Fields this small cannot leave the range of timestamptz: no
-        -- subtransaction on the usual path.
-        IF pg_catalog.abs(pg_catalog.date_part('year', span)) OPERATOR(pg_catalog.<) 1000
-           AND pg_catalog.abs(pg_catalog.date_part('day', span)) OPERATOR(pg_catalog.<) 300000
-           AND pg_catalog.abs(pg_catalog.date_part('hour', span)) OPERATOR(pg_catalog.<) 7000000 THEN
-            expires := now_ OPERATOR(pg_catalog.+) span;
-        ELSE
-            BEGIN
-                expires := now_ OPERATOR(pg_catalog.+) span;
-            EXCEPTION WHEN datetime_field_overflow THEN
-                -- The hint for a ttl without negative fields (months, days, time).
-                IF pg_catalog.date_part('year', span) OPERATOR(pg_catalog.>=) 0
-                   AND pg_catalog.date_part('month', span) OPERATOR(pg_catalog.>=) 0
-                   AND pg_catalog.date_part('day', span) OPERATOR(pg_catalog.>=) 0
-                   AND pg_catalog.date_part('hour', span) OPERATOR(pg_catalog.>=) 0
-                   AND pg_catalog.date_part('minute', span) OPERATOR(pg_catalog.>=) 0
-                   AND pg_catalog.date_part('second', span) OPERATOR(pg_catalog.>=) 0 THEN
-                    RAISE EXCEPTION 'idem_claim: ttl is out of range'
-                        USING ERRCODE = '22023',
-                              DETAIL = pg_catalog.format('The ttl given was %s; the resulting time is outside the range of timestamptz.', span),
-                              HINT = 'To keep keys forever, set idempotency.default_ttl to ''infinity'' and pass no ttl.';
-                END IF;
-                RAISE EXCEPTION 'idem_claim: ttl is out of range'
-                    USING ERRCODE = '22023',
-                          DETAIL = pg_catalog.format('The ttl given was %s; the resulting time is outside the range of timestamptz.', span);
-            END;
-        END IF;
-        IF expires OPERATOR(pg_catalog.<=) now_ THEN
-            RAISE EXCEPTION 'idem_claim: ttl must be positive'
-                USING ERRCODE = '22023', DETAIL = pg_catalog.format('The ttl given was %s.', span);
-        END IF;
-    END IF;
+    @@expiry(idem_claim)@@
 
     IF fingerprint IS NOT NULL THEN
         fp := pg_catalog.sha256(pg_catalog.convert_to(fingerprint, pg_catalog.getdatabaseencoding()));

@@ -160,9 +160,23 @@ idem_build_install() {
 }
 
 # The server refuses to run as root: as root, the cluster runs as postgres.
+# As root, a directory postgres cannot enter (a checkout under /root, or
+# a clone in a mode-700 mktemp -d) is left for / first: otherwise every
+# psql would print "could not change directory" into what a test reads.
+# Relative paths could not work from such a directory anyway.
+_idem_pg_cwd=
+_idem_pg_cwd_ok=
 idem_as_pg() {
     if [ "$(id -u)" -eq 0 ]; then
-        runuser -u postgres -- env PATH="$IDEM_BINDIR:$PATH" "$@"
+        if [ "$PWD" != "$_idem_pg_cwd" ]; then
+            _idem_pg_cwd=$PWD
+            if runuser -u postgres -- test -x "$PWD" 2>/dev/null; then _idem_pg_cwd_ok=1; else _idem_pg_cwd_ok=0; fi
+        fi
+        if [ "$_idem_pg_cwd_ok" = 1 ]; then
+            runuser -u postgres -- env PATH="$IDEM_BINDIR:$PATH" "$@"
+        else
+            (cd / && runuser -u postgres -- env PATH="$IDEM_BINDIR:$PATH" "$@")
+        fi
     else
         env PATH="$IDEM_BINDIR:$PATH" "$@"
     fi

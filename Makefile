@@ -127,8 +127,9 @@ portable-always:
 demo:
 	@PG_CONFIG=$(PG_CONFIG) bash test/scripts/demo.sh
 
+# make test TESTS="claim_basic lease_race": only these tests (CONTRIBUTING.md)
 test:
-	@PG_CONFIG=$(PG_CONFIG) bash test/scripts/run.sh
+	@PG_CONFIG=$(PG_CONFIG) TESTS="$(TESTS)" bash test/scripts/run.sh $(SUITES)
 
 # Every suite on PostgreSQL 15 to 19 (test/scripts/matrix.sh says how to choose).
 test-matrix:

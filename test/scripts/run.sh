@@ -11,10 +11,15 @@
 # Prints a summary and exits non-zero when anything failed.
 #
 # Usage: bash test/scripts/run.sh [suite...]     (default: every suite)
+#        TESTS="claim_basic 004_await" bash test/scripts/run.sh
+#                 only these tests (by name, in whichever suite has them)
 set -u
 . "$(dirname "$0")/harness.sh"
 
 suites=("$@")
+if [ ${#suites[@]} -eq 0 ] && [ -n "${TESTS:-}" ]; then
+    suites=(regress isolation tap)
+fi
 [ ${#suites[@]} -gt 0 ] || suites=(lint regress isolation tap examples docs)
 
 # Everything a run installs (as root, when missing) is installed and named
@@ -112,7 +117,27 @@ run_pg_regress() { # suite driver inputs...
     fi
 }
 
+# TESTS="claim_basic lease_race 004_await": run only these tests of the
+# suites that have them (regress and isolation by name, tap by the file
+# name test/t/NAME.pl); a suite left with none is skipped.
+only() { # names on stdin -> those in TESTS (all without TESTS)
+    if [ -z "${TESTS:-}" ]; then cat; return; fi
+    grep -xF -f <(tr ' ,' '\n\n' <<<"$TESTS" | sed '/^$/d') || true
+}
+if [ -n "${TESTS:-}" ] && [ -z "${TAP_TESTS:-}" ]; then
+    TAP_TESTS=$(cd "$IDEM_TOP" && ls test/t/*.pl | sed 's|^test/t/||; s|\.pl$||' | only | sed 's|^|test/t/|; s|$|.pl|' | tr '\n' ' ')
+    [ -n "$TAP_TESTS" ] || TAP_TESTS=none
+fi
+
 for suite in "${suites[@]}"; do
+    if [ -n "${TESTS:-}" ]; then
+        case "$suite" in
+        regress) [ -n "$(cd "$IDEM_TOP/test/sql" && ls *.sql | sed 's/\.sql$//' | only)" ] || continue ;;
+        isolation) [ -n "$(cd "$IDEM_TOP/test/specs" && ls *.spec | sed 's/\.spec$//' | only)" ] || continue ;;
+        tap) [ "$TAP_TESTS" != none ] || continue ;;
+        *) continue ;;
+        esac
+    fi
     case "$suite" in
     regress|isolation)
         if [ -z "${IDEM_PGDATA:-}" ]; then
@@ -129,12 +154,12 @@ for suite in "${suites[@]}"; do
     esac
     case "$suite" in
     regress)
-        tests=$(cd "$IDEM_TOP/test/sql" && ls *.sql | sed 's/\.sql$//' | sort)
+        tests=$(cd "$IDEM_TOP/test/sql" && ls *.sql | sed 's/\.sql$//' | sort | only)
         # shellcheck disable=SC2086
         run_pg_regress regress "$IDEM_PGXS_DIR/src/test/regress/pg_regress" $tests
         ;;
     isolation)
-        tests=$(cd "$IDEM_TOP/test/specs" && ls *.spec | sed 's/\.spec$//' | sort)
+        tests=$(cd "$IDEM_TOP/test/specs" && ls *.spec | sed 's/\.spec$//' | sort | only)
         # shellcheck disable=SC2086
         run_pg_regress isolation "$IDEM_PGXS_DIR/src/test/isolation/pg_isolation_regress" $tests
         ;;

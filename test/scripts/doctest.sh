@@ -58,7 +58,7 @@ set -u
 # The order of the pages after README.md: that of the README's
 # Documentation table (managed.md, not in it yet, before the last).  Pages
 # of docs/ not listed here run after these, in name order.
-PAGE_ORDER=(docs/reference.md docs/state-machines.md docs/patterns.md
+PAGE_ORDER=(docs/tutorial.md docs/reference.md docs/state-machines.md docs/patterns.md
             docs/guarantees.md docs/security.md docs/operations.md
             docs/performance.md docs/citus.md docs/managed.md
             docs/troubleshooting.md)

@@ -44,7 +44,7 @@
  *	     locked until the transaction ends; this only happens to a key
  *	     first claimed by a concurrent transaction during this call.
  *
- *	  The fast path (direct.c) replaces the three steps where it applies
+ *	  The fast path (claim_direct.c) replaces the three steps where it applies
  *	  (READ COMMITTED, an idem_records without triggers, rules or
  *	  row-level security, a role with INSERT and SELECT on it): each key,
  *	  in sorted order, is inserted by speculative insertion or found by
@@ -275,7 +275,7 @@ batch_arg_keys(FunctionCallInfo fcinfo, int argno, const char *fname,
 }
 
 /*
- * The fast path (READ COMMITTED and a plain idem_records; see direct.c)
+ * The fast path (READ COMMITTED and a plain idem_records; see claim_direct.c)
  * instead of the three steps of batch_claim: each key in sorted order,
  * inserted or found by its primary key probe through the open fast path
  * direct; a record to take over goes through idem_claim_spi_plain's UPDATE at

@@ -17,10 +17,10 @@
  *
  *	  Locking: each catalog is opened with AccessShareLock for the scan and
  *	  closed at once.  Memory: the caller's context; nothing is kept.
- *	  Callers cache answers where they are on a hot path (direct.c keeps
+ *	  Callers cache answers where they are on a hot path (claim_direct.c keeps
  *	  whether idem_records is a Citus table with its OID).
  *
- *	  This file calls no other file of src/: direct.c, citus_local.c,
+ *	  This file calls no other file of src/: claim_direct.c, claim_citus_local.c,
  *	  lease.c (idem_refuse_citus_worker_tokens), guard.c,
  *	  guard_install.c, guard_cache.c, guard_trigger.c and machine_cache.c
  *	  call it.

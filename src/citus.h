@@ -2,8 +2,8 @@
  *
  * citus.h
  *	  What Citus's catalogs say (citus.c; false everywhere without Citus),
- *	  and the fast path on this node's shard of a key (citus_local.c).
- *	  Used by direct.c, token.c, records.c and the state machine and guard
+ *	  and the fast path on this node's shard of a key (claim_citus_local.c).
+ *	  Used by claim_direct.c, token.c, records.c and the state machine and guard
  *	  files.
  *
  *-------------------------------------------------------------------------
@@ -29,7 +29,7 @@ extern bool idem_citus_shard_rel(Relation rel, Oid *logical, int64 *shardid,
 extern Oid	idem_citus_local_placement(Oid logical, const char *minvalue);
 extern bool idem_citus_shard_of(Relation rel, Oid logical);
 
-/* citus_local.c */
+/* claim_citus_local.c */
 extern void idem_citus_local_init(void);
 extern Relation idem_citus_local_shard(Relation records, text *key);
 

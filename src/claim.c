@@ -11,7 +11,7 @@
  *	  Order of a claim:
  *	  1. The fast path, idem_claim_fast (one key) and
  *	     idem_claim_fast_through (a fast path idem_claim_many opened for
- *	     its keys): direct.c's speculative insertion without SPI.  It
+ *	     its keys): claim_direct.c's speculative insertion without SPI.  It
  *	     inserts the record (IDEM_CLAIM_ACQUIRED) or finds a conflicting
  *	     one, decided here by claim_verdict (IDEM_CLAIM_DUPLICATE, or
  *	     IDEM_CLAIM_UNDECIDED for a record to take over); when it does not
@@ -52,7 +52,7 @@
  *	  Time: "now" is the wall clock at the call (GetCurrentTimestamp), not
  *	  the transaction start, so expiry is counted from the call.
  *
- *	  Calls: direct.c (the fast path), query.c and spi_read.c (the SQL
+ *	  Calls: claim_direct.c (the fast path), query.c and spi_read.c (the SQL
  *	  path), shard.c (the _at twin), args.c, stats.c.  Called by batch.c
  *	  and lease.c, and by module.c's _PG_init (idem_claim_init).
  *
@@ -230,7 +230,7 @@ claim_internal(FunctionCallInfo fcinfo, text *scope, text *key,
 }
 
 /* ------------------------------------------------------------------------
- * The fast path (direct.c): one key without SPI
+ * The fast path (claim_direct.c): one key without SPI
  * ------------------------------------------------------------------------
  */
 
@@ -250,7 +250,7 @@ fast_outcome(IdemDirectResult result, IdemRecordState *rec, text *scope,
 }
 
 /*
- * Claim one key on the fast path (direct.c), without SPI, opening and
+ * Claim one key on the fast path (claim_direct.c), without SPI, opening and
  * closing it for this key: IDEM_CLAIM_ACQUIRED when this transaction now
  * owns the key, IDEM_CLAIM_DUPLICATE for a duplicate (counted and
  * logged), IDEM_CLAIM_UNDECIDED when the fast path does not apply or the

@@ -1,13 +1,13 @@
 /*-------------------------------------------------------------------------
  *
  * claim.h
- *	  Deciding one key: what claim.c (the decision), direct.c (the fast
- *	  path's mechanism), direct_table.c (is idem_records as installed?),
+ *	  Deciding one key: what claim.c (the decision), claim_direct.c (the fast
+ *	  path's mechanism), claim_table.c (is idem_records as installed?),
  *	  batch.c and lease.c (the other callers of the decision) share.
  *
  *	  A claim is decided in two places, tried in this order:
  *	    idem_claim_fast / idem_claim_fast_through (claim.c): the fast path
- *	      (direct.c) without SPI: IDEM_CLAIM_ACQUIRED, IDEM_CLAIM_DUPLICATE
+ *	      (claim_direct.c) without SPI: IDEM_CLAIM_ACQUIRED, IDEM_CLAIM_DUPLICATE
  *	      or IDEM_CLAIM_UNDECIDED, which means "take the SQL path";
  *	    idem_claim_spi (claim.c): the SQL path through SPI, with the
  *	      statements of an IdemClaimPlan; always decides.
@@ -35,10 +35,10 @@
 	"     AND r.locked_until OPERATOR(pg_catalog.<=) " now "))"
 #define IDEM_CLAIMABLE_SQL IDEM_CLAIMABLE_SQL_AT("$4")
 
-/* An open fast path of claims (direct.c). */
+/* An open fast path of claims (claim_direct.c). */
 typedef struct IdemDirect IdemDirect;
 
-/* The state of an existing record that decides a claim (claim.c, direct.c). */
+/* The state of an existing record that decides a claim (claim.c, claim_direct.c). */
 typedef struct IdemRecordState
 {
 	char	   *status;
@@ -119,7 +119,7 @@ idem_duplicate_stat(const char *status)
 }
 
 /*
- * direct.c: the executor-level mechanism of the fast path (speculative
+ * claim_direct.c: the executor-level mechanism of the fast path (speculative
  * insertion without SPI); claim.c decides what it finds.
  */
 typedef enum IdemDirectResult
@@ -137,8 +137,8 @@ extern void idem_direct_close(IdemDirect *d);
 extern bool idem_records_citus(Oid nsp);
 
 /*
- * direct_table.c: is idem_records as the install script made it?  The
- * attribute numbers of its columns (1-based), as direct.c writes them.
+ * claim_table.c: is idem_records as the install script made it?  The
+ * attribute numbers of its columns (1-based), as claim_direct.c writes them.
  */
 #define IDEM_COL_SCOPE			1
 #define IDEM_COL_KEY			2

@@ -159,7 +159,7 @@ idem_shmem_request_install(idem_shmem_request_fn request,
 #endif
 
 /*
- * The executor calls of the direct claim path (direct.c).  16 added
+ * The executor calls of the direct claim path (claim_direct.c).  16 added
  * onlySummarizing to ExecInsertIndexTuples and moved permissions out of
  * the range table entry (RTEPermissionInfo, ExecCheckPermissions); 18
  * gave ExecCheckIndexConstraints the TID of the tuple being updated and

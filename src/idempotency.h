@@ -5,14 +5,14 @@
  *	  limits and record statuses, and the few interfaces that nearly every
  *	  file uses (the argument checks, the relcache dispatcher, prepared
  *	  statements, shard keys, statistics), and the init functions that
- *	  module.c's _PG_init calls (those of claim.c, direct.c, citus_local.c,
+ *	  module.c's _PG_init calls (those of claim.c, claim_direct.c, claim_citus_local.c,
  *	  machine_cache.c and guard_cache.c are in their concern's header).
  *
  *	  What only some files share has a header of its own, by concern:
- *	    claim.h    deciding one key: claim.c, direct.c, direct_table.c,
- *	               batch.c, lease.c, records.c, citus_local.c
+ *	    claim.h    deciding one key: claim.c, claim_direct.c, claim_table.c,
+ *	               batch.c, lease.c, records.c, claim_citus_local.c
  *	    citus.h    Citus's catalogs (citus.c) and the fast path on a shard
- *	               (citus_local.c)
+ *	               (claim_citus_local.c)
  *	    machine.h  state machines: machine.c, machine_parse.c,
  *	               machine_compile.c (machine_draft.h between those two),
  *	               machine_cache.c, transition.c, the guard files

@@ -26,7 +26,7 @@
  *
  *	  The setting idempotency.max_attempts (how many retryable failures
  *	  before a record is failed for good) is defined here, from module.c's
- *	  _PG_init (idem_lease_init).  Calls claim.c, direct.c
+ *	  _PG_init (idem_lease_init).  Calls claim.c, claim_direct.c
  *	  (idem_records_citus), citus.c, query.c, spi_read.c, shard.c (the
  *	  _at twins), args.c, stats.c; nothing calls back.
  *

@@ -9,20 +9,20 @@
  *	  What _PG_init does, in order:
  *	  - defines every idempotency.* setting, each in the file that reads
  *	    it: default_ttl and autocommit_claims (args.c), log_duplicates
- *	    (claim.c), direct_claim (direct.c), max_attempts (lease.c),
+ *	    (claim.c), direct_claim (claim_direct.c), max_attempts (lease.c),
  *	    stats_max_scopes (stats.c, which also requests its shared memory
- *	    when preloaded), purge_naptime and purge_databases (worker.c,
+ *	    when preloaded), purge_naptime and purge_databases (purge_worker.c,
  *	    which also registers the launcher when preloaded) and
  *	    purge_batch_size and purge_delay (purge_round.c);
  *	  - reserves the prefix "idempotency", after the last of them;
  *	  - sets up query.c's invalidation callbacks, takes the relcache
  *	    callback (relcache.c) and subscribes the caches to it: shard.c,
- *	    direct.c, citus_local.c, machine_cache.c, guard_cache.c.
+ *	    claim_direct.c, claim_citus_local.c, machine_cache.c, guard_cache.c.
  *
  *	  Invariants: every setting is defined at every load, preloaded or
  *	  not, so that a SET or ALTER SYSTEM of one is judged by its real rules
  *	  rather than refused as an unknown name under a reserved prefix
- *	  (stats.c and worker.c define their PGC_POSTMASTER settings as
+ *	  (stats.c and purge_worker.c define their PGC_POSTMASTER settings as
  *	  PGC_SIGHUP when the library is loaded after startup, which PostgreSQL
  *	  requires).  _PG_init may run in the postmaster (shared_preload_libraries):
  *	  nothing it calls allocates in CacheMemoryContext or reads a catalog.

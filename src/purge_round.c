@@ -2,7 +2,7 @@
  *
  * purge_round.c
  *	  One round of the background purge in one database, run by a purge
- *	  worker (worker.c, which starts it and owns the processes, the slots
+ *	  worker (purge_worker.c, which starts it and owns the processes, the slots
  *	  and the warning about a database without the extension).
  *
  *	  A round: idem_purge(idempotency.purge_batch_size) in the schema of the
@@ -254,7 +254,7 @@ purge_phase(bool outbox, int64 *total, int *batches)
 
 /*
  * One round in the current database (the database dbname of a purge
- * worker, worker.c); see the header comment.  Returns false, having done
+ * worker, purge_worker.c); see the header comment.  Returns false, having done
  * nothing, when the extension is not installed there.
  */
 bool

@@ -8,7 +8,7 @@
  *	  Atomicity: every statement here runs through SPI (query.c's prepared
  *	  plans) in the caller's transaction, so it commits or rolls back with
  *	  the business writes around it.  No subtransaction is started.  (The
- *	  fast path of idem_claim, direct.c, is claim.c's concern; nothing
+ *	  fast path of idem_claim, claim_direct.c, is claim.c's concern; nothing
  *	  here bypasses SPI.)
  *
  *	  Locking: idem_complete and idem_release update or delete one row by

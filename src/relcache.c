@@ -7,8 +7,8 @@
  *	  takes one (idem_relcache_init, from module.c's _PG_init) and passes
  *	  each invalidation on to the forget function of every cache that
  *	  subscribed (idem_relcache_subscribe).  Each cache subscribes from its
- *	  own init function, which _PG_init calls: shard.c, direct.c,
- *	  citus_local.c, machine_cache.c and guard_cache.c.  Calls no other
+ *	  own init function, which _PG_init calls: shard.c, claim_direct.c,
+ *	  claim_citus_local.c, machine_cache.c and guard_cache.c.  Calls no other
  *	  file of src/.
  *
  *	  Invariants: a forget function runs inside an invalidation, so it may

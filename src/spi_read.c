@@ -4,7 +4,7 @@
  *	  Checked reads of the extension's own table: the one way a function of
  *	  the extension takes a value out of the result of one of its
  *	  statements on idem_records (claim.c, lease.c, records.c, batch.c,
- *	  stats.c), and the errors the fast path (direct.c) raises for the same
+ *	  stats.c), and the errors the fast path (claim_direct.c) raises for the same
  *	  faults in the records it reads without SQL.
  *
  *	  Why: the statements are prepared once per backend and replanned by
@@ -22,7 +22,7 @@
  *	    comes from, or of a domain over that type (same representation).
  *	    A type merely binary compatible (varchar for text, timestamp for
  *	    timestamptz) is refused as well: the installed shape is what
- *	    counts, as for the fast path (direct_table.c), which declines on
+ *	    counts, as for the fast path (claim_table.c), which declines on
  *	    any other column type.
  *	  - A column the install script makes NOT NULL is read with
  *	    idem_spi_read_required or idem_spi_read_cstring, which refuse a

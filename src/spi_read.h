@@ -45,7 +45,7 @@ extern void idem_spi_check_type(SPITupleTable *tt, int col, Oid type,
 
 /*
  * The errors themselves (55000), for a reader that has checked the type
- * some other way (the fast path, direct.c: direct_table.c at open).
+ * some other way (the fast path, claim_direct.c: claim_table.c at open).
  */
 IDEM_NORETURN extern void idem_records_column_null(const char *column);
 IDEM_NORETURN extern void idem_records_column_type(const char *column, Oid expected,

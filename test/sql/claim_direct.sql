@@ -1,4 +1,4 @@
--- idem_claim's fast path (src/direct.c) and its SPI path give the same
+-- idem_claim's fast path (src/claim_direct.c) and its SPI path give the same
 -- answers; the fast path writes nothing for a duplicate, and steps aside
 -- (or evaluates everything) when a DBA has changed idem_records.
 TRUNCATE idem_records;

@@ -126,7 +126,7 @@ run_and_check('rr', 'REPEATABLE READ', '--max-tries=1000');
 # Lockstep: every client claims the same new key at the same moment (the
 # key is the current half-millisecond), so claims of a key that does not
 # exist yet collide between the primary-key probe and the index entry of
-# the fast path (src/direct.c) and must restart as ExecInsert does.  Each
+# the fast path (src/claim_direct.c) and must restart as ExecInsert does.  Each
 # key has exactly one winner, whose ledger row is written in the same
 # statement; no client sees an error.  Once with the fast path, once
 # through SPI.

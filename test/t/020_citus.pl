@@ -167,7 +167,7 @@ is($got, 't', 'a delegated claim');
 # The fast path on a shard calls three functions of citus.so, which Citus
 # built with PGXS for PostgreSQL 16 and later hides (-fvisibility=hidden):
 # there it declines, and the claim runs its SQL through Citus
-# (src/citus_local.c; docs/citus.md).
+# (src/claim_citus_local.c; docs/citus.md).
 if ($coord->safe_psql('postgres', 'SHOW server_version_num') < 160000)
 {
 	ok(!$local_sql, 'written by the fast path into the shard, without local execution of SQL');

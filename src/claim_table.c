@@ -1,8 +1,8 @@
 /*-------------------------------------------------------------------------
  *
- * direct_table.c
+ * claim_table.c
  *	  Is idem_records as the install script made it?  The questions the
- *	  fast claim path (direct.c) asks of the table before it writes into it
+ *	  fast claim path (claim_direct.c) asks of the table before it writes into it
  *	  without SQL: its shape (kind, columns, defaults, triggers, rules), its
  *	  constraints, and its primary key.  Any change a DBA makes to the table
  *	  that a plain INSERT would honour makes one of them say no, and the
@@ -15,7 +15,7 @@
  *	  is read from the relcache entry the caller holds open; nothing is
  *	  locked here.
  *
- *	  This file calls no other file of src/; direct.c calls it.
+ *	  This file calls no other file of src/; claim_direct.c calls it.
  *
  *-------------------------------------------------------------------------
  */
@@ -121,7 +121,7 @@ defaults_are_own(TupleDesc desc)
  * ordinary, unpartitioned table without triggers, rules or stored
  * generated columns, with the install script's columns (names, types,
  * order) and column defaults.  (Row-level security and Citus are
- * direct.c's to check.)
+ * claim_direct.c's to check.)
  */
 bool
 idem_records_shape_ok(Relation rel)

@@ -1,6 +1,6 @@
 /*-------------------------------------------------------------------------
  *
- * worker.c
+ * purge_worker.c
  *	  Background purge of expired records in the databases listed in
  *	  idempotency.purge_databases: a launcher, and one short-lived purge
  *	  worker per database and round.

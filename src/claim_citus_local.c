@@ -1,6 +1,6 @@
 /*-------------------------------------------------------------------------
  *
- * citus_local.c
+ * claim_citus_local.c
  *	  The fast claim path on a Citus node that holds the key's shard.  With
  *	  idem_records distributed by key, Citus runs each statement of a
  *	  claim on a worker by planning it for the distributed table, deparsing
@@ -9,7 +9,7 @@
  *	  the only placement of the key's shard (a call that Citus delegated to
  *	  the worker, see idem_distribute, or a call made on that worker), the
  *	  claim instead writes into the shard relation idem_records_<shardid>
- *	  through direct.c's speculative insertion, as it does on one node.
+ *	  through claim_direct.c's speculative insertion, as it does on one node.
  *
  *	  What makes that as safe as Citus's own local execution, which it
  *	  replaces, step by step as Citus's executor does it:
@@ -52,7 +52,7 @@
  *	  AccessShareLock, released at once.  Visibility: the catalogs are read
  *	  with a catalog snapshot taken after the metadata lock.
  *
- *	  direct.c calls this file; it calls only citus.c (partition, local
+ *	  claim_direct.c calls this file; it calls only citus.c (partition, local
  *	  group, Citus's shard names) and relcache.c (its cache of shard
  *	  ranges subscribes at load, idem_citus_local_init).
  *

@@ -1,6 +1,6 @@
 /*-------------------------------------------------------------------------
  *
- * direct.c
+ * claim_direct.c
  *	  The fast path of idem_claim: the executor's speculative insertion
  *	  (the mechanism behind INSERT ... ON CONFLICT DO NOTHING), called
  *	  directly instead of through SPI, and a duplicate's record read from
@@ -33,7 +33,7 @@
  *	  the 'claimed' inserted here, so when it is the only CHECK and every
  *	  NOT NULL column has a value, evaluating is skipped.  Any other
  *	  constraint is evaluated with ExecConstraints, with its usual error.
- *	  (direct_table.c answers these questions about the table.)
+ *	  (claim_table.c answers these questions about the table.)
  *
  *	  Reading a conflicting record: its columns are of the install
  *	  script's types (the open checked them), but a DBA may have dropped a
@@ -51,14 +51,14 @@
  *	  row-level security in force for the role; triggers, rules, stored
  *	  generated columns, column defaults or a column layout other than the
  *	  extension's on idem_records (a DBA's change must behave as plain SQL
- *	  would; direct_table.c); an idem_records that is not an ordinary
+ *	  would; claim_table.c); an idem_records that is not an ordinary
  *	  table; an
  *	  idem_records that Citus manages (a distributed, reference or Citus
  *	  local table: a row of pg_catalog.pg_dist_partition), whose local
  *	  relation is a shell without the data (the SPI path's SQL is routed
  *	  by Citus to the shard) -- but for a single key on the node that
  *	  holds its shard, where the fast path writes into the shard relation
- *	  instead (citus_local.c says when and how that is safe).
+ *	  instead (claim_citus_local.c says when and how that is safe).
  *
  *	  Permissions: every open runs the executor's own permission check for
  *	  INSERT and SELECT of the columns it writes and reads, so
@@ -95,7 +95,7 @@
  *	  Interface: idem_direct_open (NULL: the fast path declines),
  *	  idem_direct_insert (inserted, or the conflicting record's state),
  *	  idem_direct_close; claim.c decides what they found.  Calls
- *	  direct_table.c, citus.c, citus_local.c, spi_read.c (the 55000 of a
+ *	  claim_table.c, citus.c, claim_citus_local.c, spi_read.c (the 55000 of a
  *	  NULL) and relcache.c (the cached OID subscribes at load,
  *	  idem_direct_init, which also defines idempotency.direct_claim).
  *	  Called by claim.c, and for idem_records_citus by batch.c, lease.c
@@ -215,7 +215,7 @@ idem_direct_init(void)
  *
  * With key not NULL (a claim of one key), for an idem_records that Citus
  * distributes by key, on the node that holds the key's shard: the fast
- * path then writes into the shard relation (citus_local.c).  idem_records
+ * path then writes into the shard relation (claim_citus_local.c).  idem_records
  * is opened once either way.
  */
 IdemDirect *

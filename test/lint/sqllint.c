@@ -4,7 +4,7 @@
  *
  * sqllint_parse(text, mode int4) returns the raw parse tree of the text,
  * parsed in the given RawParseMode (0: statements; 1: a type name; 2: a
- * PL/pgSQL expression), as nodeToString() writes it.  The raw tree is
+ * PL/pgSQL expression), as nodeToString() writes it (with locations).  The raw tree is
  * what the grammar saw, before any name is looked up, so it tells exactly
  * whether a function, type or operator name was written schema-qualified.
  *
@@ -28,6 +28,13 @@
 
 PG_MODULE_MAGIC;
 
+/* From PostgreSQL 16 on, nodeToString() leaves the locations out. */
+#if PG_VERSION_NUM >= 160000
+#define node_string(n) nodeToStringWithLocations(n)
+#else
+#define node_string(n) nodeToString(n)
+#endif
+
 PG_FUNCTION_INFO_V1(sqllint_parse);
 
 static void
@@ -37,7 +44,7 @@ out_node(StringInfo buf, const char *field, const void *node)
 	if (node == NULL)
 		appendStringInfoString(buf, "<>");
 	else
-		appendStringInfoString(buf, nodeToString(node));
+		appendStringInfoString(buf, node_string(node));
 }
 
 static void out_statement(StringInfo buf, Node *stmt);
@@ -58,7 +65,7 @@ out_with(StringInfo buf, const WithClause *with)
 		if (!IsA(cte->ctequery, SelectStmt))
 		{
 			appendStringInfoString(buf, " {CTEDML :ctename ");
-			appendStringInfoString(buf, nodeToString(makeString(cte->ctename)));
+			appendStringInfoString(buf, node_string(makeString(cte->ctename)));
 			appendStringInfoString(buf, " :stmt ");
 			out_statement(buf, cte->ctequery);
 			appendStringInfoString(buf, "}");
@@ -115,7 +122,7 @@ out_statement(StringInfo buf, Node *stmt)
 		case T_DeleteStmt:
 		case T_MergeStmt:
 		case T_CallStmt:
-			appendStringInfoString(buf, nodeToString(stmt));
+			appendStringInfoString(buf, node_string(stmt));
 			break;
 #else
 
@@ -125,7 +132,7 @@ out_statement(StringInfo buf, Node *stmt)
 			 * field, and the statements of a WITH after their owner.
 			 */
 		case T_SelectStmt:
-			appendStringInfoString(buf, nodeToString(stmt));
+			appendStringInfoString(buf, node_string(stmt));
 			out_with(buf, ((SelectStmt *) stmt)->withClause);
 			break;
 		case T_InsertStmt:
@@ -261,7 +268,7 @@ sqllint_parse(PG_FUNCTION_ARGS)
 				 errmsg("sqllint_parse: mode %d is not a raw parse mode the lint uses", mode)));
 	tree = raw_parser(sql, (RawParseMode) mode);
 	if (mode != RAW_PARSE_DEFAULT)
-		PG_RETURN_TEXT_P(cstring_to_text(nodeToString(tree)));
+		PG_RETURN_TEXT_P(cstring_to_text(node_string(tree)));
 	initStringInfo(&buf);
 	appendStringInfoString(&buf, "(");
 	foreach(lc, tree)

@@ -99,6 +99,7 @@ sub read_tree {
         if ($t eq '{') {
             if (($tok[$pos] // '}') eq '}') { $pos++; return {_t => ''} }
             my %n = (_t => $tok[$pos++]);
+            $n{_t} = 'AEXPR' if $n{_t} eq 'A_EXPR';     # PostgreSQL 16 on
             while ($pos < @tok && $tok[$pos] ne '}') {
                 if ($tok[$pos] =~ /^:(\w+)$/) {
                     my $name = $1;

@@ -1,6 +1,6 @@
 -- Known-bad shapes: test/scripts/lint.sh's self-test runs sqllint.pl on
 -- this file and requires exactly the findings listed in bad.expected
--- (FILE-relative LINE and rule).  Every line below marked "-- bad" is one
+-- (LINE and rule).  Every line below whose comment says bad: is one
 -- the lint must report.
 CREATE FUNCTION @extschema@.lint_target(key pg_catalog.name, n pg_catalog.int4 DEFAULT 0)
 RETURNS pg_catalog.int4 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
@@ -26,6 +26,7 @@ BEGIN
         t := CAST(NULLIF(a, a) AS citext);      -- bad: CAST, NULLIF
     END IF;
     PERFORM pg_catalog.length(a) FROM lint_table;  -- bad: relation
+    EXECUTE pg_catalog.format('SELECT lower(%L)', a);  -- bad: dynamic SQL
     RETURN @extschema@.lint_target(NULL);       -- bad: untyped NULL
 END
 $$;

@@ -38,6 +38,7 @@ BEGIN
     END LOOP;
     WITH c1 AS (SELECT 1 AS one) SELECT c1.one INTO n FROM c1;
     RAISE NOTICE 'n is %', n USING ERRCODE = '01000';
+    EXECUTE pg_catalog.format('SELECT pg_catalog.lower(%L) FROM %I.lint_table', a, 'public');
     n := @extschema@.lint_target(k, n);
     n := @extschema@.lint_target(key => k, n => 1::pg_catalog.int4);
     RETURN @extschema@.lint_target(CAST(NULL AS pg_catalog.name), $1::pg_catalog.int4);

@@ -133,6 +133,11 @@ for tool in $tools; do
         # The self-test: the known-bad shapes are all found, the good ones not.
         perl test/scripts/sqllint.pl test/lint/bad.sql >"$out/bad.out" 2>&1
         sed -nE 's/^[^ :]+:([0-9]+): \[([a-z-]+)\].*/\1 \2/p' "$out/bad.out" | sort -n | uniq >"$out/bad.found"
+        # and bad.expected names every line marked "-- bad" in bad.sql.
+        grep -n -- '-- bad:' test/lint/bad.sql | cut -d: -f1 >"$out/bad.marked"
+        if ! cut -d' ' -f1 test/lint/bad.expected | uniq | diff -u "$out/bad.marked" - >"$out/bad.marks"; then
+            cat "$out/bad.marks"; echo "sql: test/lint/bad.expected does not name every line marked -- bad: in bad.sql"; status=1
+        fi
         if ! diff -u test/lint/bad.expected "$out/bad.found"; then
             cat "$out/bad.out"; echo "sql: self-test failed (test/lint/bad.sql)"; status=1
         elif ! perl test/scripts/sqllint.pl test/lint/good.sql; then

@@ -336,7 +336,7 @@ sub tokenize {
             $e = length($b) - length($tag) if $e < 0;
             pos($b) = $e + length $tag;
             push @t, ['s', substr($b, $st, pos($b) - $st), $st, pos($b)];
-        } elsif ($b =~ /\G[EeBbXxNnUu]?&?'(?:[^'\\]|''|\\.)*'/gc) {
+        } elsif ($b =~ /\G[Ee]'(?:[^'\\]|''|\\.)*'/gc || $b =~ /\G(?:[BbXxNn]|[Uu]&)?'(?:[^']|'')*'/gc) {
             push @t, ['s', substr($b, $st, pos($b) - $st), $st, pos($b)];
         } elsif ($b =~ /\G"(?:[^"]|"")*"/gc) {
             push @t, ['q', substr($b, $st, pos($b) - $st), $st, pos($b)];
@@ -409,6 +409,26 @@ sub plpgsql_fragments {
         }
     };
     my $semi = sub { scan_to($t, $_[0], stop_kw($t, ';')) };
+    # Dynamic SQL: the format string of every format() whose text starts
+    # like a statement, and a literal after EXECUTE, parsed with each
+    # placeholder (%I, %s, %L, %1$I...) written as an identifier.  One the
+    # parser refuses (a placeholder standing for a keyword or a list) is
+    # left out.
+    for my $q (0 .. $#t - 2) {
+        my $lit;
+        if (kw($t, $q) eq 'FORMAT' && $t[$q + 1][1] eq '(' && $t[$q + 2][0] eq 's') { $lit = $q + 2 }
+        elsif (kw($t, $q) eq 'EXECUTE' && $t[$q + 1][0] eq 's') { $lit = $q + 1 }
+        next unless defined $lit;
+        my ($text, $start) = ($t[$lit][1], $t[$lit][2]);
+        my $content;
+        if ($text =~ /^(\$\w*\$)(.*)\1$/s) { $content = $2; $start += length $1 }
+        elsif ($text =~ /^'(.*)'$/s) { ($content = $1) =~ s/''/'/g; $start += 1 }
+        else { next }
+        next unless $content =~ /^\s*(SELECT|INSERT|UPDATE|DELETE|WITH|CREATE|ALTER|DROP|GRANT|REVOKE|COMMENT|LOCK|TRUNCATE|CALL)\b/i;
+        $content =~ s/%(?:\d+\\$)?-?\d*[IsL]/xq/g;
+        $content =~ s/%%/%/g;
+        push @$frags, [$content, 0, $start, 'dynamic SQL'];
+    }
     my $declare = 0;
     my $i = 0;
     while ($i < @t) {
@@ -747,8 +767,17 @@ for my $u (@units) {
     while (my ($name, $fi) = each %decls) { $u->{declfrag}{$name} = defined $fi ? $f[$fi][4] : undef }
 }
 
-my @res = parse_batch(map { [$_->[1] < 0 ? 'SELECT' : $_->[0], $_->[1] < 0 ? 0 : $_->[1]] } @frags);
-my @trees2 = map { $_ =~ /^ERROR: / ? $_ : read_tree($_) } @res;
+# The same fragment (the portable scripts repeat one another) is parsed
+# and read once.
+my (%uniq, @ukeys);
+my @fkey = map {
+    my $key = ($_->[1] < 0 ? 0 : $_->[1]) . "\0" . ($_->[1] < 0 ? 'SELECT' : $_->[0]);
+    push @ukeys, $key unless exists $uniq{$key};
+    $uniq{$key} //= $#ukeys;
+} @frags;
+my @ures = parse_batch(map { [(split /\0/, $_, 2)[1, 0]] } @ukeys);
+my @utrees = map { $_ =~ /^ERROR: / ? $_ : read_tree($_) } @ures;
+my @trees2 = map { $utrees[$_] } @fkey;
 
 # Declared variable types, from their parsed type names.
 for my $u (@units) {
@@ -779,6 +808,7 @@ for my $k (0 .. $#frags) {
         next;
     }
     if (!ref $trees2[$k]) {
+        next if $what eq 'dynamic SQL';
         (my $m = $trees2[$k]) =~ s/^ERROR: //;
         finding($ctx, 0, 'parse', "the raw parser refused this $what: $m");
         next;

@@ -34,7 +34,8 @@
 #               install sources (sql/idempotency.sql, sql/idempotency_*.sql:
 #               the text of build/idempotency--VERSION.sql), every script
 #               sql/idempotency--*.sql, and the portable edition's generated
-#               scripts (make portable tle, the embedded scripts included);
+#               scripts (make portable tle, the embedded scripts included),
+#               and the SQL string literals of src/*.c;
 #               first its self-test: test/lint/bad.sql must give exactly the
 #               findings of test/lint/bad.expected, test/lint/good.sql none.
 #
@@ -147,7 +148,7 @@ for tool in $tools; do
         fi
         sql_files=(sql/idempotency.sql sql/idempotency_*.sql sql/idempotency--*.sql
                    build/portable/idempotency--*.sql build/portable/idempotency-portable--*.sql
-                   build/tle/idempotency--pgtle.sql)
+                   build/tle/idempotency--pgtle.sql src/*.c)
         if perl test/scripts/sqllint.pl "${sql_files[@]}"; then
             echo "sql: clean"
         else

@@ -43,6 +43,7 @@ my @files = @ARGV or die "usage: sqllint.pl FILE...\n";
 
 my (%src, %linestarts, %label, @lintfiles);
 my @findings;
+my $crefused = 0;
 
 # ---------------------------------------------------------------- parser
 # Parse many fragments in one psql call: [text, mode] -> tree string or
@@ -171,9 +172,10 @@ sub finding {
     my ($ctx, $loc, $rule, $msg) = @_;
     my $file = $ctx->{file};
     my $off = $ctx->{base} + (defined $loc && $loc >= 0 ? $loc : 0);
+    $off = $ctx->{map}[$loc // 0] // $ctx->{map}[-1] if $ctx->{map};
     my $line = line_of($file, $off);
     my $text = line_text($file, $line);
-    return if $text =~ /--\s*sqllint:\s*allow\s+\Q$rule\E\b/;
+    return if $text =~ m{(?:--|/\*)\s*sqllint:\s*allow\s+\Q$rule\E\b};
     (my $shown = $text) =~ s/^\s+|\s+$//g;
     $shown =~ s/\bxextschemax\b/\@extschema@/g;
     $msg =~ s/\bxextschemax\b/\@extschema@/g;
@@ -244,6 +246,9 @@ sub embedded_scripts {
     return @found;
 }
 
+# C sources: their SQL string literals are fragments of their own (below).
+my @cfiles = grep { /\.c$/ } @lintfiles;
+@lintfiles = grep { !/\.c$/ } @lintfiles;
 my @trees = parse_batch(map { [$src{$_}, 0] } @lintfiles);
 for my $i (0 .. $#lintfiles) {
     my $file = $lintfiles[$i];
@@ -709,7 +714,7 @@ sub check_args {
         if (!defined $got) {
             my $what = $e->{_t} eq 'A_CONST' ? ((($e->{isnull} // '') eq 'true' || grep { defined && $_ eq 'NULL' } @{$e->{_extra} || []}) ? 'an untyped NULL' : 'an untyped literal') : 'an expression of unstated type';
             finding($ctx, $e->{location} // $call->{location}, 'untyped', "$which of $fname() is $what: cast it to $want");
-        } elsif (%allowed && !$allowed{$got}) {
+        } elsif (%allowed && !$allowed{$got} && $got ne '*') {
             finding($ctx, $e->{location} // $call->{location}, 'untyped', "$which of $fname() is of type $got but the parameter is $want");
         }
     }
@@ -724,7 +729,7 @@ sub arg_type {
         return $vars->{lc $f[0]} if @f == 1;
         return $vars->{lc $f[1]} if @f == 2 && lc $f[0] eq lc(($ctx->{func} // '') =~ s/.*\.//r);
     }
-    if ($e->{_t} eq 'PARAMREF') { return $vars->{'$' . $e->{number}} }
+    if ($e->{_t} eq 'PARAMREF') { return $ctx->{c} ? '*' : $vars->{'$' . $e->{number}} }
     return undef;
 }
 
@@ -765,6 +770,48 @@ for my $u (@units) {
         $f->[4] = $#frags;
     }
     while (my ($name, $fi) = each %decls) { $u->{declfrag}{$name} = defined $fi ? $f[$fi][4] : undef }
+}
+
+# The SQL a C file prepares or runs: every run of adjacent string literals
+# that starts like a statement, unescaped, its printf conversions written
+# as identifiers, with a map from each character to the source.  Such SQL
+# runs with the caller's search_path; its $n parameters have the types the
+# C code declares.  A run the parser refuses (one completed by a macro or
+# a %s standing for a keyword) is left out and counted.
+for my $file (@cfiles) {
+    my $s = $src{$file};
+    # A macro between two literals (IDEM_CLAIMABLE_SQL, X("$4")) is written
+    # as the identifier xq.
+    my $gap = qr{(?:\s|\\\n|/\*.*?\*/|//[^\n]*)*};
+    while ($s =~ m{("(?:[^"\\\n]|\\.)*"(?:$gap(?:[A-Z_][A-Z0-9_]*(?:\((?:[^()"]|"(?:[^"\\\n]|\\.)*")*\))?$gap)?"(?:[^"\\\n]|\\.)*")*(?:$gap[A-Z_][A-Z0-9_]*(?:\((?:[^()"]|"(?:[^"\\\n]|\\.)*")*\))?)?)}gs) {
+        my ($run, $at) = ($1, $-[1]);
+        # Text for pg_stat_activity only, never run.
+        next if substr($s, $at > 80 ? $at - 80 : 0, $at > 80 ? 80 : $at) =~ /pgstat_report_activity\([^;]*$/s;
+        my ($text, @map) = ('');
+        while ($run =~ /\G$gap(?:([A-Z_][A-Z0-9_]*(?:\((?:[^()"]|"(?:[^"\\\n]|\\.)*")*\))?)$gap)?"((?:[^"\\\n]|\\.)*)"/g) {
+            my ($macro, $piece, $p) = ($1, $2, $at + $-[2]);
+            if (defined $macro) { $text .= ' xq '; push @map, ($at + $-[1]) x 4 }
+            for (my $k = 0; $k < length $piece; $k++) {
+                my $c = substr($piece, $k, 1);
+                my $src_at = $p + $k;
+                if ($c eq '\\') {
+                    my $e = substr($piece, ++$k, 1);
+                    $c = $e eq 'n' ? "\n" : $e eq 't' ? "\t" : $e;
+                } elsif ($c eq '%' && substr($piece, $k) =~ /^(%%|%[-0-9.]*(?:l|ll|z|h)?[sdiuxc])/) {
+                    my $conv = $1;
+                    $k += length($conv) - 1;
+                    $c = $conv eq '%%' ? '%' : $conv =~ /s$/ ? 'xq' : '1';
+                }
+                $text .= $c;
+                push @map, ($src_at) x length $c;
+            }
+        }
+        if ($run =~ /"$gap([A-Z_][A-Z0-9_]*)[^"]*$/s) { $text .= ' xq'; push @map, ($at + $-[1]) x 3 }
+        next unless $text =~ /^\s*(SELECT|INSERT|UPDATE|DELETE|WITH|CREATE|ALTER|LOCK|CALL) /;
+        my $u = {ctx => {file => $file, base => 0, pinned => 0, body => 1, func => 'C string', params => [],
+                         c => 1, map => \@map, vartypes => {}}};
+        push @frags, [$text, 0, 0, 'C string', $u];
+    }
 }
 
 # The same fragment (the portable scripts repeat one another) is parsed
@@ -808,6 +855,7 @@ for my $k (0 .. $#frags) {
         next;
     }
     if (!ref $trees2[$k]) {
+        if ($what eq 'C string') { $crefused++; next }
         next if $what eq 'dynamic SQL';
         (my $m = $trees2[$k]) =~ s/^ERROR: //;
         finding($ctx, 0, 'parse', "the raw parser refused this $what: $m");
@@ -817,6 +865,9 @@ for my $k (0 .. $#frags) {
 }
 
 print @findings;
-printf "sqllint: %d file(s), %d function bodies and DO blocks, %d fragments parsed: %s\n",
-    scalar @files, scalar @units, scalar @frags, @findings ? scalar(@findings) . ' finding(s)' : 'clean';
+my $cstrings = grep { $_->[3] eq 'C string' } @frags;
+printf "sqllint: %d file(s), %d function bodies and DO blocks, %d fragments parsed%s: %s\n",
+    scalar @files, scalar @units, scalar @frags,
+    @cfiles ? sprintf(' (%d SQL strings of C, %d of them not parseable alone and left out)', $cstrings, $crefused) : '',
+    @findings ? scalar(@findings) . ' finding(s)' : 'clean';
 exit(@findings ? 1 : 0);

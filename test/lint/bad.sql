@@ -27,6 +27,8 @@ BEGIN
     END IF;
     PERFORM pg_catalog.length(a) FROM lint_table;  -- bad: relation
     EXECUTE pg_catalog.format('SELECT lower(%L)', a);  -- bad: dynamic SQL
+    PERFORM pg_catalog.nextval('lint_seq');     -- bad: sequence name
+    PERFORM 'lint_table'::pg_catalog.regclass;  -- bad: regclass name
     RETURN @extschema@.lint_target(NULL);       -- bad: untyped NULL
 END
 $$;

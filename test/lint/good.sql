@@ -30,6 +30,9 @@ BEGIN
         n := CASE WHEN a IS NULL THEN 1 ELSE 2 END;
     END IF;
     arr[1] := 3;
+    PERFORM pg_catalog.nextval('@extschema@.lint_seq');
+    PERFORM '@extschema@.lint_table'::pg_catalog.regclass;
+    PERFORM pg_catalog.length(a) FROM lint_table;  -- sqllint: allow unqualified -- the self-test of the allow comment
     FOR i IN 1 .. 3 LOOP
         n := n OPERATOR(pg_catalog.+) i;
     END LOOP;

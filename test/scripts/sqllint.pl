@@ -20,7 +20,9 @@
 #               (DECLARE, ::t, CAST(x AS t), %ROWTYPE, table.col%TYPE), a
 #               function call, an operator (also the ones SQL hides: LIKE,
 #               IN (...), = ANY, BETWEEN, NULLIF, IS DISTINCT FROM, a simple
-#               CASE x WHEN), a collation or a relation without a schema;
+#               CASE x WHEN), a collation or a relation without a schema,
+#               a name without a schema in 'name'::regclass (regproc, ...)
+#               or nextval('name');
 #  untyped      a call of one of our own functions (every function the
 #               scripts create) with an argument whose type is not given:
 #               each argument must be a cast to the declared parameter type
@@ -651,6 +653,14 @@ sub check_tree {
             } elsif ($r1 && @name == 1) {
                 finding($ctx, $loc, 'unqualified', "function $name[0]() resolved through search_path (write pg_catalog.$name[0] or pin search_path)");
             }
+            # nextval('seq') and friends: a text argument becomes a regclass
+            # looked up through search_path when it runs.
+            if ($r1 && lc($name[-1]) =~ /^(nextval|currval|setval)$/ && ref $n->{args} eq 'ARRAY') {
+                my $a = $n->{args}[0];
+                my $v = ref $a eq 'HASH' && $a->{_t} eq 'A_CONST' ? ($a->{sval} // $a->{val}) : undef;
+                finding($ctx, $a->{location} // $loc, 'unqualified', "$name[-1]('$v') looks the sequence up through search_path (write the schema in the string)")
+                    if defined $v && !ref $v && $v !~ /\./;
+            }
         } elsif ($t eq 'TYPENAME' && $r1) {
             my @name = strs($n->{names});
             if (($n->{pct_type} // '') eq 'true') {
@@ -672,6 +682,13 @@ sub check_tree {
                 $w = "$name[0] ANY/ALL" if $kind =~ /ANY|ALL/ && $kind !~ /^(IN|LIKE)/;
                 finding($ctx, $loc, 'unqualified', "$w resolved through search_path (write OPERATOR(pg_catalog.$name[0]) or pin search_path)");
             }
+        } elsif ($t eq 'TYPECAST' && $r1 && ref $n->{arg} eq 'HASH' && $n->{arg}{_t} eq 'A_CONST'
+                 && typename_norm($n->{typeName}) =~ /^reg(class|proc|procedure|type|oper|operator|collation|config|dictionary)$/) {
+            # 'name'::regclass looks the name up through search_path when it runs.
+            my $v = $n->{arg}{sval} // $n->{arg}{val} // '';
+            my $kind = typename_norm($n->{typeName});
+            finding($ctx, $n->{arg}{location} // $loc, 'unqualified', "'$v'::$kind looks the name up through search_path (write the schema in the string)")
+                if !ref $v && $v !~ /\./;
         } elsif ($t eq 'CASEEXPR' && $r1 && ref $n->{arg}) {
             finding($ctx, $loc, 'unqualified', "simple CASE x WHEN compares with = resolved through search_path (write CASE WHEN x OPERATOR(pg_catalog.=) ...)");
         } elsif ($t eq 'COLLATECLAUSE' && $r1) {

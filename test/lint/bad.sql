@@ -29,6 +29,9 @@ BEGIN
     EXECUTE pg_catalog.format('SELECT lower(%L)', a);  -- bad: dynamic SQL
     PERFORM pg_catalog.nextval('lint_seq');     -- bad: sequence name
     PERFORM 'lint_table'::pg_catalog.regclass;  -- bad: regclass name
+    IF a IN (SELECT 'x'::pg_catalog.text) THEN  -- bad: IN (SELECT)
+        RETURN a;
+    END IF;
     RETURN @extschema@.lint_target(NULL);       -- bad: untyped NULL
 END
 $$;

@@ -26,6 +26,9 @@ BEGIN
     IF COALESCE(a, 'x') IS NULL THEN
         n := GREATEST(n, 1);
     END IF;
+    IF a OPERATOR(pg_catalog.=) ANY (SELECT t.k FROM @extschema@.lint_table AS t ORDER BY t.k) THEN
+        n := 1;
+    END IF;
     IF EXISTS (SELECT FROM @extschema@.lint_table) THEN
         n := CASE WHEN a IS NULL THEN 1 ELSE 2 END;
     END IF;

@@ -689,6 +689,14 @@ sub check_tree {
             my $kind = typename_norm($n->{typeName});
             finding($ctx, $n->{arg}{location} // $loc, 'unqualified', "'$v'::$kind looks the name up through search_path (write the schema in the string)")
                 if !ref $v && $v !~ /\./;
+        } elsif (($t eq 'SUBLINK' || $t eq 'SORTBY') && $r1) {
+            # x IN (SELECT ...), x = ANY (SELECT ...); ORDER BY x USING <
+            my @name = strs($t eq 'SUBLINK' ? $n->{operName} : $n->{useOp});
+            # x IN (SELECT ...) has no operator name: the = it means is looked up so.
+            @name = ('=') if $t eq 'SUBLINK' && !@name && ($n->{subLinkType} // '') =~ /^(1|2|3|ALL_SUBLINK|ANY_SUBLINK|ROWCOMPARE_SUBLINK)$/
+                && !ref $n->{operName} && 0 == @{[strs($n->{operName})]};
+            my $w = $t eq 'SUBLINK' ? 'IN/ANY/ALL (SELECT ...) (operator ' . ($name[0] // '') . ')' : 'ORDER BY ... USING ' . ($name[0] // '');
+            finding($ctx, $loc, 'unqualified', "$w resolved through search_path (write OPERATOR(pg_catalog.$name[0]) or pin search_path)") if @name == 1;
         } elsif ($t eq 'CASEEXPR' && $r1 && ref $n->{arg}) {
             finding($ctx, $loc, 'unqualified', "simple CASE x WHEN compares with = resolved through search_path (write CASE WHEN x OPERATOR(pg_catalog.=) ...)");
         } elsif ($t eq 'COLLATECLAUSE' && $r1) {

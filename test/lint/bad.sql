@@ -45,6 +45,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     PERFORM lint_target(a::pg_catalog.name);            -- bad: unqualified-own
+    PERFORM pg_catalog.count(*) FROM lint_table;        -- bad: relation (pg_temp)
     RETURN @extschema@.lint_target(a::pg_catalog.text); -- bad: untyped (text, not name)
 END
 $$;

@@ -22,7 +22,8 @@
 #               IN (...), = ANY, BETWEEN, NULLIF, IS DISTINCT FROM, a simple
 #               CASE x WHEN), a collation or a relation without a schema,
 #               a name without a schema in 'name'::regclass (regproc, ...)
-#               or nextval('name');
+#               or nextval('name'); a relation without a schema also where
+#               search_path is pinned (pg_temp, last on it, is any role's);
 #  untyped      a call of one of our own functions (every function the
 #               scripts create) with an argument whose type is not given:
 #               each argument must be a cast to the declared parameter type
@@ -702,9 +703,11 @@ sub check_tree {
         } elsif ($t eq 'COLLATECLAUSE' && $r1) {
             my @name = strs($n->{collname});
             finding($ctx, $loc, 'unqualified', "collation \"$name[0]\" resolved through search_path (write pg_catalog.\"$name[0]\")") if @name == 1;
-        } elsif ($t eq 'RANGEVAR' && $r1) {
+        } elsif ($t eq 'RANGEVAR' && $ctx->{body}) {
+            # Pinned or not: pg_temp, last on a pinned path, still holds
+            # relations any role can create.
             if (!defined $n->{schemaname} && !$cte{lc($n->{relname} // '')}) {
-                finding($ctx, $loc, 'unqualified', "relation $n->{relname} resolved through search_path (write \@extschema@.$n->{relname})");
+                finding($ctx, $loc, 'unqualified', "relation $n->{relname} resolved through search_path" . ($r1 ? '' : ' (pg_temp is on it)') . " (write \@extschema@.$n->{relname})");
             }
         }
     });

@@ -36,6 +36,9 @@ BEGIN
     PERFORM pg_catalog.nextval('@extschema@.lint_seq');
     PERFORM '@extschema@.lint_table'::pg_catalog.regclass;
     PERFORM pg_catalog.length(a) FROM lint_table;  -- sqllint: allow unqualified -- the self-test of the allow comment
+    FOR i IN REVERSE 3..1 BY 1 LOOP
+        n := n OPERATOR(pg_catalog.-) i;
+    END LOOP;
     FOR i IN 1 .. 3 LOOP
         n := n OPERATOR(pg_catalog.+) i;
     END LOOP;

@@ -350,7 +350,7 @@ sub tokenize {
             push @t, ['q', substr($b, $st, pos($b) - $st), $st, pos($b)];
         } elsif ($b =~ /\G[A-Za-z_\x80-\xff][\w\$\x80-\xff]*/gc) {
             push @t, ['w', substr($b, $st, pos($b) - $st), $st, pos($b)];
-        } elsif ($b =~ /\G(?:\d+(?:\.\d*)?(?:[eE][+-]?\d+)?|\$\d+)/gc) {
+        } elsif ($b =~ /\G(?:\d+(?:\.(?!\.)\d*)?(?:[eE][+-]?\d+)?|\$\d+)/gc) {
             push @t, ['n', substr($b, $st, pos($b) - $st), $st, pos($b)];
         } elsif ($b =~ /\G(?::=|::|\.\.|=>|<<|>>|[-+*\/<>=~!\@#%^&|`?]+|.)/gcs) {
             push @t, ['p', substr($b, $st, pos($b) - $st), $st, pos($b)];

@@ -58,6 +58,13 @@ SELECT @extschema@.lint_target(a, 1)            -- bad: untyped literal
     WHERE a = ANY ('{}'::pg_catalog.name[])     -- bad: = ANY
 $$;
 
+CREATE FUNCTION @extschema@.lint_atomic(a pg_catalog.text)
+RETURNS pg_catalog.int4
+LANGUAGE sql
+BEGIN ATOMIC
+    SELECT @extschema@.lint_target(a::pg_catalog.name, length(a));  -- bad: function in BEGIN ATOMIC
+END;
+
 -- Top level (CREATE/ALTER EXTENSION) and a DO block.
 SELECT @extschema@.lint_target('k'::pg_catalog.text);  -- bad: untyped
 DO $$

@@ -288,7 +288,7 @@ for my $i (0 .. $#lintfiles) {
             my $uctx = {file => $file, label => $label{$file}, base => 0, pinned => $pinned, body => 1,
                         func => join('.', @name), params => \@params};
             if ($n->{sql_body}) {
-                push @units, {ctx => $uctx, kind => 'tree', tree => $n->{sql_body}};
+                push @units, {ctx => $uctx, kind => 'tree', tree => delete $n->{sql_body}};
             } elsif ($opt{as} && ($lang eq 'plpgsql' || $lang eq 'sql')) {
                 push @units, {ctx => $uctx, kind => $lang, loc => $opt{as}{location}};
             }

@@ -135,6 +135,10 @@ test:
 test-matrix:
 	@bash test/scripts/matrix.sh
 
+# cppcheck and clang-tidy on src/, the SQL security lint of every shipped
+# SQL and PL/pgSQL line (test/scripts/sqllint.pl, PostgreSQL's own parser in
+# a throwaway cluster; docs/security.md) and the shape of src/.
+# LINT_TOOLS="sql" make lint runs only some of them.
 lint:
 	@PG_CONFIG=$(PG_CONFIG) bash test/scripts/lint.sh
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `make lint`: static analysis of src/*.c with cppcheck and clang-tidy,
-# and the shape of src/ (test/scripts/structure.sh: no circle of calls between
+# the security lint of every SQL and PL/pgSQL line we ship
+# (test/scripts/sqllint.pl, see docs/security.md), and the shape of src/ (test/scripts/structure.sh: no circle of calls between
 # the files, no file over 750 lines, no function over 80, a shared header
 # under 200).  Exits non-zero on any finding of any tool (and prints each
 # finding of the first two as file:line:column: severity: message [check]).
@@ -27,14 +28,25 @@
 #               (--inline-suppr is on), or, for clang-tidy, NOLINT(<check>).
 #
 # Environment:
-#   LINT_TOOLS="cppcheck clang-tidy structure"   run only some of the tools
+#   sql         test/scripts/sqllint.pl with PostgreSQL's own raw parser (the
+#               helper test/lint/sqllint.c, built with PGXS into a scratch
+#               directory and loaded into a throwaway cluster) over the
+#               install sources (sql/idempotency.sql, sql/idempotency_*.sql:
+#               the text of build/idempotency--VERSION.sql), every script
+#               sql/idempotency--*.sql, and the portable edition's generated
+#               scripts (make portable tle, the embedded scripts included),
+#               and the SQL string literals of src/*.c;
+#               first its self-test: test/lint/bad.sql must give exactly the
+#               findings of test/lint/bad.expected, test/lint/good.sql none.
+#
+#   LINT_TOOLS="cppcheck clang-tidy sql structure"   run only some of the tools
 #   LINT_JOBS=N                        parallel jobs (default: nproc)
 set -u
 . "$(dirname "$0")/harness.sh"
 
 idem_setup cppcheck clang-tidy
 
-tools=${LINT_TOOLS:-"cppcheck clang-tidy structure"}
+tools=${LINT_TOOLS:-"cppcheck clang-tidy sql structure"}
 jobs=${LINT_JOBS:-$(nproc 2>/dev/null || echo 2)}
 inc_server=$("$IDEM_PG_CONFIG" --includedir-server)
 inc=$("$IDEM_PG_CONFIG" --includedir)
@@ -46,7 +58,8 @@ files=(src/*.c)
 [ -e "${files[0]}" ] || idem_die "no C sources in src/"
 
 out=$(mktemp -d "${TMPDIR:-/tmp}/idempotency-lint.XXXXXX")
-trap 'rm -rf "$out"' EXIT
+lint_cleanup() { idem_cluster_stop; rm -rf "$out"; }
+idem_on_exit lint_cleanup
 
 status=0
 template='{file}:{line}:{column}: {severity}: {message} [{id}]'
@@ -100,6 +113,49 @@ for tool in $tools; do
         else
             echo "clang-tidy: clean"
         fi
+        ;;
+    sql)
+        idem_log "sql: test/scripts/sqllint.pl (PostgreSQL $IDEM_PG_MAJOR's raw parser)"
+        chmod 755 "$out"
+        mkdir -p "$out/sqllint" && cp test/lint/sqllint.c test/lint/Makefile "$out/sqllint/"
+        if ! make -s -C "$out/sqllint" PG_CONFIG="$IDEM_PG_CONFIG" >"$out/sqllint.log" 2>&1; then
+            cat "$out/sqllint.log"; echo "sql: the parser helper did not build"; status=1; continue
+        fi
+        if ! make -s portable tle >"$out/portable.log" 2>&1; then
+            cat "$out/portable.log"; echo "sql: make portable tle failed"; status=1; continue
+        fi
+        mkdir -p "$out/cluster"
+        if [ "$(id -u)" -eq 0 ]; then chown postgres: "$out/cluster"; fi
+        idem_cluster_start "$out/cluster"
+        psql_cmd="$IDEM_BINDIR/psql -X -h $PGHOST -p $PGPORT -U postgres -d postgres"
+        $psql_cmd -q -c "CREATE FUNCTION sqllint_parse(pg_catalog.text, pg_catalog.int4) RETURNS pg_catalog.text
+            AS '$out/sqllint/sqllint.so', 'sqllint_parse' LANGUAGE C STRICT" || idem_die "cannot load the parser helper"
+        export SQLLINT_PSQL="$psql_cmd"
+        # The self-test: the known-bad shapes are all found, the good ones not.
+        perl test/scripts/sqllint.pl test/lint/bad.sql >"$out/bad.out" 2>&1
+        sed -nE 's/^[^ :]+:([0-9]+): \[([a-z-]+)\].*/\1 \2/p' "$out/bad.out" | sort -n | uniq >"$out/bad.found"
+        # and bad.expected names every line marked "-- bad" in bad.sql.
+        grep -n -- '-- bad:' test/lint/bad.sql | cut -d: -f1 >"$out/bad.marked"
+        if ! cut -d' ' -f1 test/lint/bad.expected | uniq | diff -u "$out/bad.marked" - >"$out/bad.marks"; then
+            cat "$out/bad.marks"; echo "sql: test/lint/bad.expected does not name every line marked -- bad: in bad.sql"; status=1
+        fi
+        if ! diff -u test/lint/bad.expected "$out/bad.found"; then
+            cat "$out/bad.out"; echo "sql: self-test failed (test/lint/bad.sql)"; status=1
+        elif ! perl test/scripts/sqllint.pl test/lint/good.sql; then
+            echo "sql: self-test failed (test/lint/good.sql)"; status=1
+        else
+            echo "sql: self-test passed ($(wc -l <test/lint/bad.expected) known-bad findings, good shapes clean)"
+        fi
+        sql_files=(sql/idempotency.sql sql/idempotency_*.sql sql/idempotency--*.sql
+                   build/portable/idempotency--*.sql build/portable/idempotency-portable--*.sql
+                   build/tle/idempotency--pgtle.sql src/*.c)
+        if perl test/scripts/sqllint.pl "${sql_files[@]}"; then
+            echo "sql: clean"
+        else
+            echo "sql: findings"
+            status=1
+        fi
+        idem_cluster_stop
         ;;
     structure)
         idem_log "structure of src/ (test/scripts/structure.sh)"

@@ -7,7 +7,8 @@
 #   examples   the client examples in examples/ and the META.json check
 #   docs       every SQL block of README.md and docs/*.md, and their links
 #              (test/scripts/doctest.sh)
-#   lint       cppcheck and clang-tidy on src/ (test/scripts/lint.sh)
+#   lint       cppcheck and clang-tidy on src/, the SQL security lint
+#              (test/scripts/sqllint.pl) and the shape of src/ (test/scripts/lint.sh)
 # Prints a summary and exits non-zero when anything failed.
 #
 # Usage: bash test/scripts/run.sh [suite...]     (default: every suite)
@@ -28,7 +29,9 @@ fi
 extra_packages=()
 for suite in "${suites[@]}"; do
     if [ "$suite" = lint ]; then
-        extra_packages+=(cppcheck clang-tidy)          # test/scripts/lint.sh
+        # test/scripts/lint.sh (its SQL lint needs only perl, make, gcc and
+        # the server headers, which every run installs)
+        extra_packages+=(cppcheck clang-tidy)
     fi
     if [ "$suite" = examples ]; then
         extra_packages+=(python3 python3-psycopg2 default-jdk-headless libpostgresql-jdbc-java)

@@ -143,10 +143,11 @@ COMMENT ON FUNCTION @extschema@.idem_http_problem(pg_catalog.int4, pg_catalog.te
 -- character other than tab in a value (CR, LF: a header injection on
 -- replay), an allow-list naming a header that is never stored, a body
 -- that is not base64.  Only headers in allow_headers are kept (NULL: the
--- default list); the never-stored ones (set-cookie, hop-by-hop and
--- framing headers) cannot be allowed.  idem_http_result raises the
--- error; idem_http_begin replays a stored result only when this function
--- gives it back unchanged, with the stored names as the allow-list.
+-- default list; '{*}': every header); the never-stored ones (set-cookie,
+-- hop-by-hop and framing headers) are never kept and cannot be named in
+-- the list.  idem_http_result raises the error; idem_http_begin replays
+-- a stored result only when this function, with '{*}', gives it back
+-- unchanged.
 -- Errors are returned, not raised, so that a replay needs no
 -- subtransaction.
 CREATE FUNCTION @extschema@.idem_http_check(
@@ -245,7 +246,7 @@ BEGIN
                     'detail', 'A header value may not contain CR, LF or other control characters: replayed, they would split the response.',
                     'hint', 'Remove the control characters from the value.'));
             END IF;
-            IF ln = ANY (allow) THEN
+            IF ln = ANY (allow) OR (allow = '{*}' AND NOT ln = ANY (never)) THEN
                 kept := kept || jsonb_build_object(ln, CASE WHEN t = 'array' THEN to_jsonb(vals) ELSE to_jsonb(vals[1]) END);
             END IF;
         END LOOP;
@@ -436,8 +437,7 @@ BEGIN
                          THEN (stored ->> 'status')::int4 END::pg_catalog.int4,
                     (stored -> 'headers')::pg_catalog.jsonb,
                     (stored ->> 'body')::pg_catalog.text,
-                    CASE WHEN jsonb_typeof(stored -> 'headers') = 'object'
-                         THEN ARRAY(SELECT jsonb_object_keys(stored -> 'headers')) END::pg_catalog.text[]);
+                    '{*}'::pg_catalog.text[]);
                 IF v = stored THEN
                     r.action := 'replay';
                     r.status := (stored ->> 'status')::int4;

@@ -126,6 +126,9 @@ SELECT pg_temp.try($$SELECT idem_http_result(200, '{}', allow_headers => ARRAY['
 SELECT pg_temp.try($$SELECT idem_http_result(200, '{"Location": "/a", "location": "/b"}')$$);
 SELECT pg_temp.try($$SELECT idem_http_result(200, '{"X-A": "1", "x-a": null}')$$);
 SELECT pg_temp.try($$SELECT idem_http_finish('never', 200, '{"ETag": "1", "etag": "2"}')$$);
+-- '{*}' keeps every header but the never-stored ones (what a replay
+-- checks with).
+SELECT idem_http_result(200, '{"X-Trace": "1", "Set-Cookie": "s=1", "Connection": "close"}', allow_headers => '{*}');
 
 --------------------------------------------------------------------------
 -- Keys: a bare key with a comma is two joined headers

@@ -176,7 +176,7 @@ SAVEPOINT s;
 SELECT pg_temp.show(idem_http_begin('twice-2', 'POST', '/orders'));
 ROLLBACK TO SAVEPOINT s;
 SELECT idem_lookup('http', 'twice-2') IS NULL AS released,
-       current_setting('idem_http.claim', true) = E'http\ntwice-1' AS marker_restored;
+       current_setting('idem_http.claim', true) = '["http", "twice-1"]' AS marker_restored;
 COMMIT;
 SELECT pg_temp.show(idem_http_begin('twice-1', 'POST', '/orders'));
 
@@ -325,7 +325,7 @@ SELECT pg_temp.request('POST', '/rpc/http_create_order', '{"idempotency-key": "a
 SELECT pg_temp.try($$SELECT pg_temp.pre_request()$$);
 ROLLBACK;
 -- In flight (a live lease on the key): 409 with Retry-After, from the
--- function (the pre-request's lock is free: the lease holds no lock).
+-- function.
 SELECT outcome FROM idem_begin('api', 'rpc-2', lease => '1 hour');
 BEGIN;
 SELECT pg_temp.request('POST', '/rpc/http_create_order', '{"idempotency-key": "rpc-2"}');

@@ -20,6 +20,7 @@
 #   perl sql/portable/generate.pl upgrade-list      (the A--B pairs, one a line)
 #   perl sql/portable/generate.pl dbdev-control > OUTPUT
 #   perl sql/portable/generate.pl sum FILE...       (record released scripts)
+#   perl sql/portable/generate.pl freeze A--B       (at the release of B)
 #   perl sql/portable/generate.pl ext|tle|plain|dbdev sql/released/portable/idempotency--X.sql
 #          (a released install script, as frozen, wrapped as MODE: the
 #          upgrade tests install the release X this way)
@@ -45,12 +46,13 @@
 # (sql/idempotency--X.sql with X, sql/idempotency--A--B.sql with B older
 # than default_version) and every file of sql/released/portable/.  Every
 # mode checks them first and fails when one is missing, edited or not
-# listed.  A released portable upgrade is frozen: when B is released, its
-# generated upgrade is written to sql/released/portable/idempotency--A--B.sql
-# (`generate.pl upgrade A--B > ...`, then `generate.pl sum` of it), and used
-# from then on instead of generating it again from later bodies; a
-# released upgrade not frozen fails the build.  `sum FILE...` writes
-# (or replaces) the lines of FILEs, the one step after a deliberate
+# listed.  A released portable upgrade is frozen: when B is released,
+# `generate.pl freeze A--B` writes its generated upgrade to
+# sql/released/portable/idempotency--A--B.sql and records the sums of it
+# and of the C script; from then on it is used instead of generating it
+# again from later bodies, and a released upgrade not frozen fails the
+# build.  `sum FILE...` writes (or replaces) the lines of FILEs, the one
+# step after a deliberate
 # in-place fix of a released script (docs/managed.md, "Releasing").
 #
 # SOURCEs are the C edition's install sources in Makefile order
@@ -85,9 +87,9 @@ my $top = "$here/../..";
 sub fail { print STDERR "generate.pl: $_[0]\n"; exit 1; }
 
 my $mode = shift @ARGV // '';
-$mode =~ /^(ext|tle|plain|dbdev|upgrade|plain-upgrade|dbdev-upgrade|upgrade-list|dbdev-control|sum)$/
+$mode =~ /^(ext|tle|plain|dbdev|upgrade|plain-upgrade|dbdev-upgrade|upgrade-list|dbdev-control|sum|freeze)$/
     or fail("usage: generate.pl ext|tle|plain|dbdev SOURCE.sql...  or  upgrade|plain-upgrade|dbdev-upgrade A--B"
-            . "  or  upgrade-list  or  dbdev-control  or  sum FILE...");
+            . "  or  upgrade-list  or  dbdev-control  or  sum FILE...  or  freeze A--B");
 @ARGV or $mode =~ /^(dbdev-control|upgrade-list)$/ or fail("no SOURCE files given");
 
 sub slurp {
@@ -128,10 +130,10 @@ sub read_sums {
     return \%sum;
 }
 
-if ($mode eq 'sum') {
-    # Record (or replace) the SHA-256 of each FILE, a path from the top.
+# Record (or replace) the SHA-256 of each file named, a path from the top.
+sub record_sums {
     my @lines = -f "$top/$SUMS" ? split(/\n/, slurp("$top/$SUMS")) : ();
-    for my $name (@ARGV) {
+    for my $name (@_) {
         $name =~ s{^\./}{};
         $name =~ m{^sql/(idempotency--[\d.]+(--[\d.]+)?|released/portable/idempotency--[\d.]+(--[\d.]+)?)\.sql$}
             or fail("sum: $name is not a released script (sql/idempotency--*.sql or sql/released/portable/*.sql, from the top of the checkout)");
@@ -148,6 +150,9 @@ if ($mode eq 'sum') {
     print $fh join("\n", @head, @body), "\n";
     close $fh or fail("cannot write $SUMS: $!");
     rename("$top/$SUMS.tmp", "$top/$SUMS") or fail("cannot write $SUMS: $!");
+}
+if ($mode eq 'sum') {
+    record_sums(@ARGV);
     exit 0;
 }
 
@@ -183,6 +188,8 @@ for my $file (sort glob("$top/sql/released/portable/*")) {
     $name =~ m{^sql/released/portable/idempotency--\d+\.\d+\.\d+(--\d+\.\d+\.\d+)?\.sql$}
         or fail("$name: sql/released/portable/ holds only idempotency--X.sql and idempotency--A--B.sql");
     exists $sums->{$name} or fail("$name is frozen but not in $SUMS: $sum_hint $name");
+    $mode ne 'freeze' or $name ne "sql/released/portable/idempotency--$ARGV[0].sql"
+        or fail("$name is frozen already: a released script is never edited");
 }
 
 # The portable upgrades: [from, to, C script, frozen script or undef,
@@ -193,9 +200,9 @@ for my $u (sort { vcmp($a->[0], $b->[0]) || vcmp($a->[1], $b->[1]) } @c_upgrades
     next if vcmp($from, $first_portable) < 0;
     my $frozen = "sql/released/portable/idempotency--$from--$to.sql";
     my $supplement = "sql/portable/upgrade/idempotency--$from--$to.sql";
-    if (vcmp($to, $version) < 0) {
+    if (vcmp($to, $version) < 0 && $mode ne 'freeze') {
         -f "$top/$frozen" or fail("$to is released (default_version is $version) and its portable upgrade is not frozen: "
-                                  . "perl sql/portable/generate.pl upgrade $from--$to > $frozen && $sum_hint $frozen "
+                                  . "perl sql/portable/generate.pl freeze $from--$to "
                                   . "(from the release's sources, before their bodies change)");
     }
     push @upgrades, [$from, $to, $name, (-f "$top/$frozen" ? $frozen : undef), (-f "$top/$supplement" ? $supplement : undef)];
@@ -466,6 +473,19 @@ sub upgrade_named {
 if ($mode eq 'upgrade' || $mode eq 'dbdev-upgrade') {
     my $u = upgrade_named($ARGV[0]);
     print $upgrade_head->($u), upgrade_script($u)->[2];
+    exit 0;
+}
+
+if ($mode eq 'freeze') {
+    # At a release B: its portable upgrade A--B, as generated now, into
+    # sql/released/portable/, with the sums of it and of the C script.
+    my $u = upgrade_named($ARGV[0]);
+    my $frozen = "sql/released/portable/idempotency--$ARGV[0].sql";
+    open(my $fh, '>', "$top/$frozen.tmp") or fail("cannot write $frozen: $!");
+    print $fh $upgrade_head->($u), upgrade_script($u)->[2];
+    close $fh or fail("cannot write $frozen: $!");
+    rename("$top/$frozen.tmp", "$top/$frozen") or fail("cannot write $frozen: $!");
+    record_sums($u->[2], $frozen);
     exit 0;
 }
 

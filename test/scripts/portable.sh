@@ -16,9 +16,9 @@
 #   pg_cron   Debian's postgresql-NN-cron, installed as root (apt-get update
 #             first) when missing; not root: says what to install, and the
 #             pg_cron test is skipped; not Debian's PostgreSQL: skipped
-#   (no pg_tle) the servers run from a private copy of the installation
+#   (copy)    the servers run from a private copy of the installation
 #             without the C edition's files, so that no test's CREATE
-#             EXTENSION gets the C edition
+#             EXTENSION gets the C edition and pg_tle works beside it
 #   regress   every test/sql test not listed as `regress NAME` in
 #             sql/portable/exceptions.txt, against the plain script (in
 #             public) and against the pg_tle extension (created by the
@@ -55,8 +55,9 @@
 #             pg_cron as docs/managed.md says (needs pg_cron); a test
 #             without what it needs is counted skipped
 # The installation is Debian's PostgreSQL 15 (PORTABLE_PG_CONFIG names
-# another); it must not have the C edition installed (pg_tle refuses to
-# register an extension whose control file exists).  Without the pg_tle
+# another); the servers run from a private copy of it without the C
+# edition (pg_tle refuses to register an extension whose control file
+# exists).  Without the pg_tle
 # source (a user's clone has no ../shared) the pg_tle steps are reported
 # skipped.  Errors raised by a RAISE of the portable functions carry one
 # more CONTEXT line, which test/portable/context_filter.pl removes.
@@ -143,10 +144,6 @@ else
     if PG_CONFIG=$IDEM_PG_CONFIG bash "$PGTLE_SRC/build.sh" >&2; then have_tle=1; else
         bad pg_tle "building pg_tle from $PGTLE_SRC failed"; fi
 fi
-if [ "$have_tle" = 1 ] && ls "$SHAREDIR"/extension/idempotency.control >/dev/null 2>&1; then
-    bad pg_tle "the C edition is installed in $SHAREDIR/extension: pg_tle refuses to register an extension whose control file exists (remove it, or PORTABLE_PG_CONFIG=an installation without it)"
-    have_tle=0
-fi
 [ "$have_tle" = 1 ] || [ -z "$tle_why" ] || skip pg_tle "$tle_why"
 
 # --- pg_cron: Debian's postgresql-NN-cron (root installs it when missing) ----
@@ -169,10 +166,12 @@ else
 fi
 [ "$have_cron" = 1 ] || [ -z "$cron_why" ] || skip pg_cron "$cron_why"
 
-# Without pg_tle the servers run from a private copy of the installation
-# without the C edition's files (as idem_private_install makes), so that
-# no test that runs CREATE EXTENSION can get the C edition unnoticed.
-if [ "$have_tle" = 0 ]; then
+# The servers run from a private copy of the installation without the C
+# edition's files (as idem_private_install makes), so that no test that
+# runs CREATE EXTENSION can get the C edition unnoticed, and pg_tle (which
+# refuses to register an extension whose control file exists) works where
+# the C edition is installed too.
+if true; then
     idem_log "a private copy of the installation, without the C edition"
     for d in "$IDEM_BINDIR" "$("$IDEM_PG_CONFIG" --pkglibdir)" "$SHAREDIR"; do
         mkdir -p "$WORK/pg$(dirname "$d")"
@@ -654,7 +653,7 @@ if [ "$have_tle" = 1 ]; then
         bad one-copy-tle-then-plain "the plain script installed beside the pg_tle extension, or said so unclearly"
     fi
     if make_db idem_one_plain plain idem >"$WORK/one-plain.log" 2>&1 &&
-       ! idem_psql -U idem_tle_admin -d idem_one_plain -c "CREATE SCHEMA idem2" -c "CREATE EXTENSION idempotency SCHEMA idem2" \
+       ! idem_psql -d idem_one_plain -c "CREATE SCHEMA idem2" -c "CREATE EXTENSION idempotency SCHEMA idem2" \
            >>"$WORK/one-plain.log" 2>&1 &&
        refuses "$WORK/one-plain.log" "the portable edition, plain script" &&
        [ "$(idem_psql -At -d idem_one_plain -c "SELECT count(*) FROM pg_extension WHERE extname = 'idempotency'")" = 0 ]; then

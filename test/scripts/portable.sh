@@ -83,7 +83,7 @@ passed=0; failed=0; skipped=0
 summary=(); failures=(); skips=()
 record() { # step pass fail [skip]
     passed=$((passed + $2)); failed=$((failed + $3)); skipped=$((skipped + ${4:-0}))
-    summary+=("$(printf '%-22s %3d passed, %3d failed, %d skipped' "$1" "$2" "$3" "${4:-0}")")
+    summary+=("$(printf '%-24s %3d passed, %3d failed, %d skipped' "$1" "$2" "$3" "${4:-0}")")
 }
 ok() { record "$1" 1 0; }
 bad() { record "$1" 0 1; failures+=("$1: $2"); echo "FAILED: $1: $2" >&2; }
@@ -321,9 +321,14 @@ catalog() { # db -> stdout
     idem_as_pg psql -X -q -v ON_ERROR_STOP=1 -h "$IDEM_PGHOST" -p "$IDEM_PGPORT" -U postgres -d "$1" \
         -v schema=idem -v ignore="$ignore" -f "$WORK/src/test/portable/catalog.sql"
 }
-catalog_full() { # db -> stdout: catalog.sql comparing everything (portable against portable: upgrades)
+catalog_full() { # db -> stdout: catalog.sql comparing everything, and each function's body (portable against portable: upgrades)
     idem_as_pg psql -X -q -v ON_ERROR_STOP=1 -h "$IDEM_PGHOST" -p "$IDEM_PGPORT" -U postgres -d "$1" \
-        -v schema=idem -v ignore= -f "$WORK/src/test/portable/catalog.sql"
+        -v schema=idem -v ignore= -f "$WORK/src/test/portable/catalog.sql" &&
+    idem_as_pg psql -X -q -At -v ON_ERROR_STOP=1 -h "$IDEM_PGHOST" -p "$IDEM_PGPORT" -U postgres -d "$1" -c "
+        SELECT 'body:' || p.proname || '(' || pg_catalog.pg_get_function_identity_arguments(p.oid) || ')'
+               || E'\t' || l.lanname || ' md5 ' || pg_catalog.md5(p.prosrc)
+          FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_language l ON l.oid = p.prolang
+         WHERE p.pronamespace = 'idem'::pg_catalog.regnamespace ORDER BY 1"
 }
 make_db idem_parity_plain plain idem >>"$WORK/db_plain.log" 2>&1 && catalog idem_parity_plain >"$WORK/catalog.plain" \
     || bad parity "cataloguing the plain script failed"

@@ -46,7 +46,9 @@ PGXS := $(shell $(PG_CONFIG) --pgxs 2>/dev/null)
 #                  names), and build/portable/idempotency--$(EXTVERSION).sql, the
 #                  extension script it wraps
 #                  and build/portable/idempotency-portable--A--B.sql, the plain
-#                  script's upgrade for each sql/portable/upgrade/idempotency--A--B.sql
+#                  script's upgrade for each upgrade sql/idempotency--A--B.sql of
+#                  the C edition from 0.5.0 on (generate.pl upgrade-list; frozen
+#                  in sql/released/portable/ once B is released)
 #   make tle       build/tle/idempotency--pgtle.sql, for a role in pgtle_admin
 #                  (this version and every upgrade path)
 #   make dbdev     build/dbdev/idempotency/, the database.dev package (Supabase):
@@ -55,13 +57,18 @@ PGXS := $(shell $(PG_CONFIG) --pgxs 2>/dev/null)
 #   make test-portable  test/scripts/portable.sh: both against PostgreSQL 15 (or the
 #                  plain script against PORTABLE_PG_CONFIG's), upgrades, pg_cron,
 #                  and the catalog parity with the C edition
+# Released scripts are never edited: sql/released/SHA256SUMS lists them,
+# every run of generate.pl checks them; after a deliberate fix in place:
+#   perl sql/portable/generate.pl sum sql/idempotency--A--B.sql
 PORTABLE_GEN = perl sql/portable/generate.pl
-PORTABLE_UPGRADES = $(sort $(wildcard sql/portable/upgrade/idempotency--*--*.sql))
-PORTABLE_PLAIN_UPGRADES = $(patsubst sql/portable/upgrade/idempotency--%.sql,build/portable/idempotency-portable--%.sql,$(PORTABLE_UPGRADES))
+# A--B of every portable upgrade (empty when generate.pl fails: then so
+# does every rule below, with its message).
+PORTABLE_UPGRADES := $(shell perl $(dir $(lastword $(MAKEFILE_LIST)))sql/portable/generate.pl upgrade-list 2>/dev/null)
+PORTABLE_PLAIN_UPGRADES = $(patsubst %,build/portable/idempotency-portable--%.sql,$(PORTABLE_UPGRADES))
 # Always regenerated (under a second): a deleted body must fail the build.
 PORTABLE_DEPS = $(SQL_SOURCES) $(wildcard sql/portable/*.sql) sql/portable/exceptions.txt \
-	$(PORTABLE_UPGRADES) $(wildcard sql/portable/upgrade/SHA256SUMS) sql/portable/generate.pl \
-	idempotency.control portable-always
+	$(DATA) $(wildcard sql/portable/upgrade/*.sql sql/released/SHA256SUMS sql/released/portable/*.sql) \
+	sql/portable/generate.pl idempotency.control portable-always
 
 # `make` with no target builds the extension when PGXS is available.
 ifneq ($(wildcard $(PGXS)),)
@@ -100,9 +107,9 @@ build/tle/idempotency--pgtle.sql: $(PORTABLE_DEPS)
 	@mkdir -p build/tle
 	$(PORTABLE_GEN) tle $(SQL_SOURCES) > $@.tmp && mv $@.tmp $@ || { rm -f $@.tmp $@; exit 1; }
 
-build/portable/idempotency-portable--%.sql: sql/portable/upgrade/idempotency--%.sql $(PORTABLE_DEPS)
+$(PORTABLE_PLAIN_UPGRADES): build/portable/idempotency-portable--%.sql: $(PORTABLE_DEPS)
 	@mkdir -p build/portable
-	$(PORTABLE_GEN) plain-upgrade $< > $@.tmp && mv $@.tmp $@ || { rm -f $@.tmp $@; exit 1; }
+	$(PORTABLE_GEN) plain-upgrade $* > $@.tmp && mv $@.tmp $@ || { rm -f $@.tmp $@; exit 1; }
 
 # The database.dev package: one directory as `dbdev publish` reads it
 # (HANDLE in README.md: the publisher's handle on database.dev).
@@ -112,9 +119,9 @@ dbdev: portable-always
 	@rm -rf $(DBDEV_DIR) $(DBDEV_DIR).tmp && mkdir -p $(DBDEV_DIR).tmp
 	$(PORTABLE_GEN) dbdev-control > $(DBDEV_DIR).tmp/idempotency.control
 	$(PORTABLE_GEN) dbdev $(SQL_SOURCES) > $(DBDEV_DIR).tmp/idempotency--$(EXTVERSION).sql
-	@for f in $(PORTABLE_UPGRADES); do \
-	    echo "$(PORTABLE_GEN) dbdev-upgrade $$f > $(DBDEV_DIR).tmp/$${f##*/}"; \
-	    $(PORTABLE_GEN) dbdev-upgrade $$f > $(DBDEV_DIR).tmp/$${f##*/} || exit 1; \
+	@for p in $(PORTABLE_UPGRADES); do \
+	    echo "$(PORTABLE_GEN) dbdev-upgrade $$p > $(DBDEV_DIR).tmp/idempotency--$$p.sql"; \
+	    $(PORTABLE_GEN) dbdev-upgrade $$p > $(DBDEV_DIR).tmp/idempotency--$$p.sql || exit 1; \
 	done
 	sed -e 's/@VERSION@/$(EXTVERSION)/g' -e 's/@HANDLE@/$(DBDEV_HANDLE)/g' sql/portable/dbdev/README.md > $(DBDEV_DIR).tmp/README.md
 	@mv $(DBDEV_DIR).tmp $(DBDEV_DIR)

@@ -8,6 +8,74 @@
 
 \echo Use "CREATE EXTENSION idempotency" to load this file. \quit
 
+-- One copy per database (docs/managed.md#one-copy-per-database): two
+-- copies in two schemas would each accept the same key once, and which one
+-- a call reached would depend on search_path.  Every edition's install runs
+-- this first and refuses when it finds another: an extension named
+-- idempotency or HANDLE@idempotency (the C edition, pg_tle, database.dev)
+-- in another schema (the one being created has its row in @extschema@
+-- already), the plain script's table idem_portable_version in any schema,
+-- or idem_records in @extschema@.  Fully qualified: it runs before any
+-- search_path is safe.
+DO $_idem_one_copy_$
+DECLARE
+    here pg_catalog.oid := pg_catalog.to_regnamespace($nsp$@extschema@$nsp$::pg_catalog.text)::pg_catalog.oid;
+    found_schema pg_catalog.text;
+    found_edition pg_catalog.text;
+    found_version pg_catalog.text;
+BEGIN
+    SELECT n.nspname::pg_catalog.text, e.extversion,
+           CASE WHEN e.extname OPERATOR(pg_catalog.<>) 'idempotency'::pg_catalog.name
+                THEN 'the portable edition, database.dev package '::pg_catalog.text OPERATOR(pg_catalog.||) e.extname::pg_catalog.text
+                WHEN EXISTS (SELECT FROM pg_catalog.pg_proc AS p
+                               JOIN pg_catalog.pg_language AS l ON l.oid OPERATOR(pg_catalog.=) p.prolang
+                              WHERE p.pronamespace OPERATOR(pg_catalog.=) e.extnamespace
+                                AND p.proname OPERATOR(pg_catalog.=) 'idem_claim'::pg_catalog.name
+                                AND l.lanname OPERATOR(pg_catalog.=) 'c'::pg_catalog.name)
+                THEN 'the C edition'::pg_catalog.text
+                ELSE 'the portable edition, through pg_tle'::pg_catalog.text END
+      INTO found_schema, found_version, found_edition
+      FROM pg_catalog.pg_extension AS e
+      JOIN pg_catalog.pg_namespace AS n ON n.oid OPERATOR(pg_catalog.=) e.extnamespace
+     WHERE e.extname OPERATOR(pg_catalog.~) '^(.+@)?idempotency$'::pg_catalog.text
+       AND e.extnamespace OPERATOR(pg_catalog.<>) here
+     ORDER BY e.oid LIMIT 1;
+    IF found_schema IS NULL THEN
+        SELECT n.nspname::pg_catalog.text, 'the portable edition, plain script'::pg_catalog.text
+          INTO found_schema, found_edition
+          FROM pg_catalog.pg_class AS c
+          JOIN pg_catalog.pg_namespace AS n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
+         WHERE c.relname OPERATOR(pg_catalog.=) 'idem_portable_version'::pg_catalog.name
+           AND c.relkind OPERATOR(pg_catalog.=) 'r'::pg_catalog."char"
+         ORDER BY c.oid LIMIT 1;
+        IF found_schema IS NOT NULL THEN
+            BEGIN
+                EXECUTE pg_catalog.format('SELECT pg_catalog.max(v.version)::pg_catalog.text FROM %I.idem_portable_version AS v'::pg_catalog.text,
+                                          found_schema)
+                   INTO found_version;
+            EXCEPTION WHEN insufficient_privilege OR undefined_column OR datatype_mismatch THEN
+                found_version := NULL;
+            END;
+        END IF;
+    END IF;
+    IF found_schema IS NULL
+       AND EXISTS (SELECT FROM pg_catalog.pg_class AS c
+                    WHERE c.relnamespace OPERATOR(pg_catalog.=) here
+                      AND c.relname OPERATOR(pg_catalog.=) 'idem_records'::pg_catalog.name) THEN
+        SELECT n.nspname::pg_catalog.text, 'an unknown edition: its table idem_records is there'::pg_catalog.text
+          INTO found_schema, found_edition
+          FROM pg_catalog.pg_namespace AS n WHERE n.oid OPERATOR(pg_catalog.=) here;
+    END IF;
+    IF found_schema IS NOT NULL THEN
+        RAISE EXCEPTION 'idempotency is installed in this database already'
+            USING ERRCODE = '42710',
+                  DETAIL = pg_catalog.format('Schema %I has idempotency %s (%s). A database has one copy: two would each accept the same key once, and which one a call reached would depend on search_path.'::pg_catalog.text,
+                                             found_schema, COALESCE(found_version, 'of an unknown version'::pg_catalog.text), found_edition),
+                  HINT = 'Use that copy (qualify the calls with its schema or put it on search_path), or upgrade it in place (ALTER EXTENSION ... UPDATE; the plain script: its idempotency-portable--A--B.sql upgrades). To change editions, move the records and drop it first (docs/managed.md, "Moving between editions").';
+    END IF;
+END
+$_idem_one_copy_$;
+
 --------------------------------------------------------------------------
 -- Records
 --------------------------------------------------------------------------

@@ -16,18 +16,44 @@
 #   dbdev  ext that finds its schema without pg_extension (database.dev
 #          names the extension HANDLE@idempotency): build/dbdev/
 #
-#   perl sql/portable/generate.pl plain-upgrade|dbdev-upgrade UPGRADE.sql > OUTPUT
+#   perl sql/portable/generate.pl upgrade|plain-upgrade|dbdev-upgrade A--B > OUTPUT
+#   perl sql/portable/generate.pl upgrade-list      (the A--B pairs, one a line)
 #   perl sql/portable/generate.pl dbdev-control > OUTPUT
+#   perl sql/portable/generate.pl sum FILE...       (record released scripts)
+#   perl sql/portable/generate.pl freeze A--B       (at the release of B)
+#   perl sql/portable/generate.pl ext|tle|plain|dbdev sql/released/portable/idempotency--X.sql
+#          (a released install script, as frozen, wrapped as MODE: the
+#          upgrade tests install the release X this way)
 #
-# Upgrades: sql/portable/upgrade/idempotency--A--B.sql, written by hand
-# in the form of an extension update script (@extschema@, no C), one per
-# release of the portable edition, never edited once released.  `tle`
-# registers each with pgtle.install_update_path; `plain-upgrade` wraps one
-# for a schema of the plain script (it checks the recorded version is A,
-# runs it, records B); `dbdev-upgrade` is the dbdev package's copy.  The
-# names must chain: from every B an upgrade (or none) leads on to the
-# current version, and no A is older than the first portable release; a
-# script listed in sql/portable/upgrade/SHA256SUMS (released) must match.
+# Upgrades are written once, for the C edition: sql/idempotency--A--B.sql.
+# For every one with A no older than the first portable release (0.5.0),
+# the portable upgrade A--B is that script made portable exactly as `ext`
+# makes the install sources (below): a C function's declaration gets its
+# portable body (so re-declaring a C function unchanged in the C upgrade
+# ships a changed portable body), what `ext` omits is omitted (also a
+# DROP or ALTER FUNCTION of an omitted function), every other statement
+# is copied.  An optional sql/portable/upgrade/idempotency--A--B.sql (no
+# C, @extschema@) is appended: what only the portable edition changes.
+# `upgrade` prints the result, `tle` registers each with
+# pgtle.install_update_path, `plain-upgrade` wraps one for a schema of the
+# plain script (it checks the recorded version is A, runs it, records B),
+# `dbdev-upgrade` is the dbdev package's copy.  The pairs must chain: from
+# every B an upgrade leads on to default_version.
+#
+# Released scripts are never edited.  sql/released/SHA256SUMS has the
+# SHA-256 of each (paths from the top of the checkout, as `sha256sum`
+# writes them): every C edition script of a released version
+# (sql/idempotency--X.sql with X, sql/idempotency--A--B.sql with B older
+# than default_version) and every file of sql/released/portable/.  Every
+# mode checks them first and fails when one is missing, edited or not
+# listed.  A released portable upgrade is frozen: when B is released,
+# `generate.pl freeze A--B` writes its generated upgrade to
+# sql/released/portable/idempotency--A--B.sql and records the sums of it
+# and of the C script; from then on it is used instead of generating it
+# again from later bodies, and a released upgrade not frozen fails the
+# build.  `sum FILE...` writes (or replaces) the lines of FILEs, the one
+# step after a deliberate
+# in-place fix of a released script (docs/managed.md, "Releasing").
 #
 # SOURCEs are the C edition's install sources in Makefile order
 # (SQL_SOURCES).  Every statement of theirs is copied unchanged, except:
@@ -61,9 +87,10 @@ my $top = "$here/../..";
 sub fail { print STDERR "generate.pl: $_[0]\n"; exit 1; }
 
 my $mode = shift @ARGV // '';
-$mode =~ /^(ext|tle|plain|dbdev|plain-upgrade|dbdev-upgrade|dbdev-control)$/
-    or fail("usage: generate.pl ext|tle|plain|dbdev SOURCE.sql...  or  plain-upgrade|dbdev-upgrade UPGRADE.sql  or  dbdev-control");
-@ARGV or $mode eq 'dbdev-control' or fail("no SOURCE files given");
+$mode =~ /^(ext|tle|plain|dbdev|upgrade|plain-upgrade|dbdev-upgrade|upgrade-list|dbdev-control|sum|freeze)$/
+    or fail("usage: generate.pl ext|tle|plain|dbdev SOURCE.sql...  or  upgrade|plain-upgrade|dbdev-upgrade A--B"
+            . "  or  upgrade-list  or  dbdev-control  or  sum FILE...  or  freeze A--B");
+@ARGV or $mode =~ /^(dbdev-control|upgrade-list)$/ or fail("no SOURCE files given");
 
 sub slurp {
     my ($file) = @_;
@@ -88,39 +115,116 @@ sub vcmp {
     return 0;
 }
 
-# The upgrade scripts, checked: [from, to, file], in version order.
-my @upgrades;
-for my $file (sort glob("$here/upgrade/*.sql")) {
-    my ($from, $to) = $file =~ m{/idempotency--(\d+\.\d+\.\d+)--(\d+\.\d+\.\d+)\.sql$}
-        or fail("$file: an upgrade script must be named idempotency--A--B.sql (A, B: major.minor.patch)");
-    vcmp($from, $to) < 0 or fail("$file: upgrades to an older or equal version");
-    vcmp($from, $first_portable) >= 0 or fail("$file: there is no portable edition $from ($first_portable is the first)");
-    vcmp($to, $version) <= 0 or fail("$file: upgrades to $to, newer than default_version $version of idempotency.control");
-    push @upgrades, [$from, $to, $file];
-}
-@upgrades = sort { vcmp($a->[0], $b->[0]) || vcmp($a->[1], $b->[1]) } @upgrades;
-# Released upgrades are never edited: sql/portable/upgrade/SHA256SUMS has
-# the SHA-256 of each script once its release is out (`sha256sum FILE`
-# lines; # comments), and every script listed there must still match.
-if (-f "$here/upgrade/SHA256SUMS") {
-    require Digest::SHA;
-    for my $line (split /\n/, slurp("$here/upgrade/SHA256SUMS")) {
+# Released scripts: sql/released/SHA256SUMS (paths from the top).
+my $SUMS = 'sql/released/SHA256SUMS';
+sub sha256 { require Digest::SHA; return Digest::SHA->new(256)->addfile($_[0])->hexdigest; }
+sub read_sums {
+    my %sum;
+    return \%sum unless -f "$top/$SUMS";
+    for my $line (split /\n/, slurp("$top/$SUMS")) {
         next if $line =~ /^\s*(#|$)/;
-        my ($sum, $name) = $line =~ /^([0-9a-f]{64}) [ *](idempotency--[\d.]+--[\d.]+\.sql)\s*$/
-            or fail("sql/portable/upgrade/SHA256SUMS: not a `sha256sum` line: $line");
-        -f "$here/upgrade/$name" or fail("sql/portable/upgrade/$name was released (SHA256SUMS) and is missing");
-        Digest::SHA->new(256)->addfile("$here/upgrade/$name")->hexdigest eq $sum
-            or fail("sql/portable/upgrade/$name was released (SHA256SUMS) and has been edited since: a released upgrade is never edited (write the change into the next release's upgrade)");
+        my ($hex, $name) = $line =~ /^([0-9a-f]{64}) [ *](sql\/\S+\.sql)\s*$/
+            or fail("$SUMS: not a `sha256sum` line of a sql/ file: $line");
+        $sum{$name} = $hex;
     }
+    return \%sum;
+}
+
+# Record (or replace) the SHA-256 of each file named, a path from the top.
+sub record_sums {
+    my @lines = -f "$top/$SUMS" ? split(/\n/, slurp("$top/$SUMS")) : ();
+    for my $name (@_) {
+        $name =~ s{^\./}{};
+        $name =~ m{^sql/(idempotency--[\d.]+(--[\d.]+)?|released/portable/idempotency--[\d.]+(--[\d.]+)?)\.sql$}
+            or fail("sum: $name is not a released script (sql/idempotency--*.sql or sql/released/portable/*.sql, from the top of the checkout)");
+        -f "$top/$name" or fail("sum: no file $name");
+        my $line = sha256("$top/$name") . "  $name";
+        my $n = grep { / \Q$name\E\s*$/ } @lines;
+        @lines = map { / \Q$name\E\s*$/ ? $line : $_ } @lines;
+        push @lines, $line unless $n;
+        print STDERR "generate.pl: $SUMS: $line\n";
+    }
+    my @head = grep { /^\s*(#|$)/ } @lines;
+    my @body = sort { ($a =~ /  (\S+)/)[0] cmp ($b =~ /  (\S+)/)[0] } grep { !/^\s*(#|$)/ } @lines;
+    open(my $fh, '>', "$top/$SUMS.tmp") or fail("cannot write $SUMS: $!");
+    print $fh join("\n", @head, @body), "\n";
+    close $fh or fail("cannot write $SUMS: $!");
+    rename("$top/$SUMS.tmp", "$top/$SUMS") or fail("cannot write $SUMS: $!");
+}
+if ($mode eq 'sum') {
+    record_sums(@ARGV);
+    exit 0;
+}
+
+# Every listed script must exist and match; every released one be listed.
+my $sums = read_sums();
+my $sum_hint = "perl sql/portable/generate.pl sum";
+for my $name (sort keys %$sums) {
+    -f "$top/$name" or fail("$name was released ($SUMS) and is missing");
+    sha256("$top/$name") eq $sums->{$name}
+        or fail("$name was released ($SUMS) and has been edited since: a released script is never edited; write the change "
+                . "into the upgrade to $version.  A deliberate fix in place (a security fix, as PostgreSQL's contrib scripts "
+                . "for CVE-2020-14350) then records the new sum: $sum_hint $name");
+}
+my (@c_upgrades, @c_installs);
+for my $file (sort glob("$top/sql/idempotency--*.sql")) {
+    (my $name = $file) =~ s{^\Q$top\E/}{};
+    if (my ($from, $to) = $name =~ m{^sql/idempotency--(\d+\.\d+\.\d+)--(\d+\.\d+\.\d+)\.sql$}) {
+        vcmp($from, $to) < 0 or fail("$name upgrades to an older or equal version");
+        vcmp($to, $version) <= 0 or fail("$name upgrades to $to, newer than default_version $version of idempotency.control");
+        push @c_upgrades, [$from, $to, $name];
+        exists $sums->{$name} or vcmp($to, $version) >= 0
+            or fail("$name belongs to a released version (default_version is $version) and is not in $SUMS: $sum_hint $name");
+    } elsif (my ($v) = $name =~ m{^sql/idempotency--(\d+\.\d+\.\d+)\.sql$}) {
+        exists $sums->{$name} or vcmp($v, $version) >= 0
+            or fail("$name belongs to a released version (default_version is $version) and is not in $SUMS: $sum_hint $name");
+        push @c_installs, $v;
+    } else {
+        fail("$name: a script must be named idempotency--X.sql or idempotency--A--B.sql (major.minor.patch)");
+    }
+}
+for my $file (sort glob("$top/sql/released/portable/*")) {
+    (my $name = $file) =~ s{^\Q$top\E/}{};
+    $name =~ m{^sql/released/portable/idempotency--\d+\.\d+\.\d+(--\d+\.\d+\.\d+)?\.sql$}
+        or fail("$name: sql/released/portable/ holds only idempotency--X.sql and idempotency--A--B.sql");
+    exists $sums->{$name} or fail("$name is frozen but not in $SUMS: $sum_hint $name");
+    $mode ne 'freeze' or $name ne "sql/released/portable/idempotency--$ARGV[0].sql"
+        or fail("$name is frozen already: a released script is never edited");
+}
+
+# The portable upgrades: [from, to, C script, frozen script or undef,
+# portable supplement or undef], in version order.
+my @upgrades;
+for my $u (sort { vcmp($a->[0], $b->[0]) || vcmp($a->[1], $b->[1]) } @c_upgrades) {
+    my ($from, $to, $name) = @$u;
+    next if vcmp($from, $first_portable) < 0;
+    my $frozen = "sql/released/portable/idempotency--$from--$to.sql";
+    my $supplement = "sql/portable/upgrade/idempotency--$from--$to.sql";
+    if (vcmp($to, $version) < 0 && $mode ne 'freeze') {
+        -f "$top/$frozen" or fail("$to is released (default_version is $version) and its portable upgrade is not frozen: "
+                                  . "perl sql/portable/generate.pl freeze $from--$to "
+                                  . "(from the release's sources, before their bodies change)");
+    }
+    push @upgrades, [$from, $to, $name, (-f "$top/$frozen" ? $frozen : undef), (-f "$top/$supplement" ? $supplement : undef)];
+}
+for my $file (sort glob("$here/upgrade/*.sql")) {
+    my ($pair) = $file =~ m{/idempotency--(\d+\.\d+\.\d+--\d+\.\d+\.\d+)\.sql$}
+        or fail("$file: a supplement must be named idempotency--A--B.sql, after the C edition's upgrade sql/idempotency--A--B.sql");
+    grep { "$_->[0]--$_->[1]" eq $pair } @upgrades
+        or fail("$file: there is no C edition upgrade sql/idempotency--$pair.sql (from $first_portable on) to supplement");
 }
 for my $u (@upgrades) {
     # From its target, the upgrades must lead on to the current version.
     my ($at, %seen) = ($u->[1]);
     while ($at ne $version) {
         my ($next) = grep { $_->[0] eq $at } @upgrades;
-        $next && !$seen{$at}++ or fail("$u->[2]: no upgrade leads from $at on to $version (add sql/portable/upgrade/idempotency--$at--...sql)");
+        $next && !$seen{$at}++ or fail("$u->[2]: no upgrade leads from $at on to $version (add sql/idempotency--$at--...sql)");
         $at = $next->[1];
     }
+}
+if ($mode eq 'upgrade-list') {
+    print "$_->[0]--$_->[1]\n" for @upgrades;
+    exit 0;
 }
 
 # exceptions.txt: `KIND OBJECT REASON...`; the generator reads the
@@ -237,7 +341,7 @@ for my $sym (keys %body) {
 # What the plain script and the dbdev package change in a statement of
 # the extension script (or of an upgrade script): undef leaves it out.
 sub adapt {
-    my ($stmt, $file) = @_;
+    my ($stmt, $file, $is_frozen) = @_;
     my $kind = $mode =~ /^plain/ ? 'plain' : $mode =~ /^dbdev/ ? 'dbdev' : 'ext';
     return $stmt if $kind eq 'ext';
     if ($kind eq 'plain') {
@@ -250,8 +354,11 @@ sub adapt {
     # idempotency to find the schema by: the functions name it (as every
     # portable body does), so it cannot be renamed.
     $stmt =~ s/\(SELECT n\.nspname FROM pg_catalog\.pg_extension e\s+JOIN pg_catalog\.pg_namespace n ON n\.oid OPERATOR\(pg_catalog\.=\) e\.extnamespace\s+WHERE e\.extname OPERATOR\(pg_catalog\.=\) 'idempotency'\)/(SELECT n.nspname FROM pg_catalog.pg_namespace n WHERE n.oid OPERATOR(pg_catalog.=) \$nsp\$\@extschema\@\$nsp\$::pg_catalog.regnamespace)/g;
+    # (A frozen script has the portable bodies in it, which find their
+    # schema by @extschema@ and were not adapted when it was generated;
+    # only their statements may still name the extension, as ext left them.)
     fail("$file: the $kind script cannot find the schema through pg_extension; teach generate.pl this form:\n$stmt")
-        if $stmt =~ /extname\s+OPERATOR\(pg_catalog\.=\)\s+'idempotency'/;
+        if !$is_frozen && $stmt =~ /extname\s+OPERATOR\(pg_catalog\.=\)\s+'idempotency'/;
     return $stmt;
 }
 
@@ -261,35 +368,124 @@ sub dollar_quote {
     return "\$$tag\$$text\$$tag\$";
 }
 
-my $upgrade_head = sub {
-    my ($from, $to) = @_;
-    return "-- idempotency $from to $to, portable edition: generated by sql/portable/generate.pl from\n"
-        . "-- sql/portable/upgrade/idempotency--$from--$to.sql.  Do not edit; see docs/managed.md.\n";
-};
-
-# An upgrade script, checked and adapted: [from, to, text].
-sub upgrade_script {
-    my ($file) = @_;
-    my ($from, $to) = $file =~ m{(?:^|/)idempotency--(\d+\.\d+\.\d+)--(\d+\.\d+\.\d+)\.sql$}
-        or fail("$file: an upgrade script must be named idempotency--A--B.sql");
-    my $text = '';
+# Port the statements of a C edition script (an install source or an
+# upgrade) as described at the top, appending them to @$out.
+my (%used, %omitted, %declared);
+sub port {
+    my ($file, $out, $is_upgrade) = @_;
     for my $s (statements(slurp($file), $file)) {
         my ($lead, $stmt) = @$s;
         $lead =~ s/^\\echo.*\n//mg;
-        fail("$file: an upgrade script of the portable edition declares no C function:\n$stmt")
-            if $stmt =~ /\bLANGUAGE\s+C\b|MODULE_PATHNAME/;
-        if ($stmt ne '') {
+        my ($cname) = $stmt =~ /^\s*CREATE\s+(?:OR\s+REPLACE\s+)?FUNCTION\s+\@extschema\@\.(\w+)/;
+        if (defined $cname && $stmt =~ /\bLANGUAGE\s+C\b/) {
+            my $name = $cname;
+            my ($sym) = $stmt =~ /AS\s+'MODULE_PATHNAME'\s*,\s*'(\w+)'/
+                or fail("$file: C function $name without AS 'MODULE_PATHNAME', 'symbol'");
+            $declared{$name} = 1;
+            if (exists $body{$sym}) {
+                fail("$name is ported (sql/portable: $sym) and listed as omit-function in exceptions.txt") if exists $omit{$name};
+                my ($lang, $as) = @{$body{$sym}};
+                $stmt =~ s/\n?[ \t]*AS\s+'MODULE_PATHNAME'\s*,\s*'\w+'[ \t]*//;
+                $stmt =~ s/\bLANGUAGE\s+C\b/$lang/;
+                $stmt =~ s/;(\s*)$/\n$as;$1/;
+                $used{$sym} = 1;
+            } elsif (exists $omit{$name}) {
+                $omitted{$name} = 1;
+                push @$out, $lead;
+                next;
+            } else {
+                fail("C function $name (symbol $sym, $file) has no portable body (`-- portable: $sym` in sql/portable/*.sql) and is not listed as omit-function in sql/portable/exceptions.txt");
+            }
+        } elsif ($stmt ne '') {
+            # An upgrade may name a function the install sources declared.
+            my @names = grep { $omitted{$_} || ($is_upgrade && exists $omit{$_}) } $stmt =~ /\@extschema\@\.(\w+)\s*\(/g;
+            if (@names) {
+                if ($stmt =~ /^\s*(COMMENT\s+ON\s+FUNCTION|GRANT|REVOKE|CREATE\s+TRIGGER)\b/
+                    || ($is_upgrade && $stmt =~ /^\s*(DROP|ALTER)\s+FUNCTION\b/)) {
+                    push @$out, $lead;
+                    next;
+                }
+                fail("$file: this statement uses $names[0], which the portable edition omits:\n$stmt");
+            }
             $stmt = adapt($stmt, $file);
-            $stmt = '' unless defined $stmt;
+            if (!defined $stmt) {
+                push @$out, $lead;
+                next;
+            }
         }
-        $text .= $lead . $stmt;
+        push @$out, $lead . $stmt;
     }
-    return [$from, $to, $text];
 }
 
-if ($mode eq 'dbdev-upgrade') {
-    my ($from, $to, $text) = @{upgrade_script($ARGV[0])};
-    print $upgrade_head->($from, $to), $text;
+# A script of the portable edition as generated earlier (frozen), its
+# head taken off, adapted to the mode.
+sub frozen {
+    my ($file) = @_;
+    my $text = slurp($file);
+    $text =~ s/\A(--[^\n]*\n){2}// if $text =~ /\A-- idempotency /;
+    my @out;
+    for my $s (statements($text, $file)) {
+        my ($lead, $stmt) = @$s;
+        $stmt = adapt($stmt, $file, 1) if $stmt ne '';
+        push @out, $lead . ($stmt // '');
+    }
+    return join('', @out);
+}
+
+my $upgrade_head = sub {
+    my ($u) = @_;
+    my ($from, $to, $c, $frozen, $supplement) = @$u;
+    my $src = $frozen ? "$frozen (frozen at the release of $to)" : $c . ($supplement ? " and $supplement" : '');
+    return "-- idempotency $from to $to, portable edition: generated by sql/portable/generate.pl from\n"
+        . "-- $src.  Do not edit; see docs/managed.md.\n";
+};
+
+# A portable upgrade, adapted to the mode: [from, to, text].
+sub upgrade_script {
+    my ($u) = @_;
+    my ($from, $to, $c, $frozen, $supplement) = @$u;
+    return [$from, $to, frozen("$top/$frozen")] if $frozen;
+    my @out;
+    port("$top/$c", \@out, 1);
+    if ($supplement) {
+        push @out, "\n-- $supplement (the portable edition only)\n";
+        for my $s (statements(slurp("$top/$supplement"), $supplement)) {
+            my ($lead, $stmt) = @$s;
+            $lead =~ s/^\\echo.*\n//mg;
+            fail("$supplement: a portable supplement declares no C function:\n$stmt")
+                if $stmt =~ /\bLANGUAGE\s+C\b|MODULE_PATHNAME/;
+            $stmt = adapt($stmt, $supplement) if $stmt ne '';
+            push @out, $lead . ($stmt // '');
+        }
+    }
+    my $text = join('', @out);
+    fail("$c: MODULE_PATHNAME is left in the portable upgrade") if $text =~ /MODULE_PATHNAME/;
+    fail("$c: LANGUAGE C is left in the portable upgrade") if $text =~ /\bLANGUAGE\s+C\b/;
+    return [$from, $to, $text];
+}
+sub upgrade_named {
+    my ($pair) = @_;
+    my ($u) = grep { "$_->[0]--$_->[1]" eq ($pair // '') } @upgrades
+        or fail("no upgrade " . ($pair // '') . " of the portable edition; these are: " . join(' ', map { "$_->[0]--$_->[1]" } @upgrades));
+    return $u;
+}
+
+if ($mode eq 'upgrade' || $mode eq 'dbdev-upgrade') {
+    my $u = upgrade_named($ARGV[0]);
+    print $upgrade_head->($u), upgrade_script($u)->[2];
+    exit 0;
+}
+
+if ($mode eq 'freeze') {
+    # At a release B: its portable upgrade A--B, as generated now, into
+    # sql/released/portable/, with the sums of it and of the C script.
+    my $u = upgrade_named($ARGV[0]);
+    my $frozen = "sql/released/portable/idempotency--$ARGV[0].sql";
+    open(my $fh, '>', "$top/$frozen.tmp") or fail("cannot write $frozen: $!");
+    print $fh $upgrade_head->($u), upgrade_script($u)->[2];
+    close $fh or fail("cannot write $frozen: $!");
+    rename("$top/$frozen.tmp", "$top/$frozen") or fail("cannot write $frozen: $!");
+    record_sums($u->[2], $frozen);
     exit 0;
 }
 
@@ -308,9 +504,10 @@ EOT
 }
 
 if ($mode eq 'plain-upgrade') {
-    my ($from, $to, $text) = @{upgrade_script($ARGV[0])};
+    my $u = upgrade_named($ARGV[0]);
+    my ($from, $to, $text) = @{upgrade_script($u)};
     my $script_q = dollar_quote('_idem_script_', $text);
-    print $upgrade_head->($from, $to);
+    print $upgrade_head->($u);
     print <<"EOT";
 --
 -- Upgrades the plain script's objects in the schema named by the setting
@@ -356,57 +553,23 @@ EOT
     exit 0;
 }
 
-my (@out, %used, %omitted, %declared);
-for my $file (@ARGV) {
-    for my $s (statements(slurp($file), $file)) {
-        my ($lead, $stmt) = @$s;
-        $lead =~ s/^\\echo.*\n//mg;
-        my ($cname) = $stmt =~ /^\s*CREATE\s+(?:OR\s+REPLACE\s+)?FUNCTION\s+\@extschema\@\.(\w+)/;
-        if (defined $cname && $stmt =~ /\bLANGUAGE\s+C\b/) {
-            my $name = $cname;
-            my ($sym) = $stmt =~ /AS\s+'MODULE_PATHNAME'\s*,\s*'(\w+)'/
-                or fail("$file: C function $name without AS 'MODULE_PATHNAME', 'symbol'");
-            $declared{$name} = 1;
-            if (exists $body{$sym}) {
-                fail("$name is ported (sql/portable: $sym) and listed as omit-function in exceptions.txt") if exists $omit{$name};
-                my ($lang, $as) = @{$body{$sym}};
-                $stmt =~ s/\n?[ \t]*AS\s+'MODULE_PATHNAME'\s*,\s*'\w+'[ \t]*//;
-                $stmt =~ s/\bLANGUAGE\s+C\b/$lang/;
-                $stmt =~ s/;(\s*)$/\n$as;$1/;
-                $used{$sym} = 1;
-            } elsif (exists $omit{$name}) {
-                $omitted{$name} = 1;
-                push @out, $lead;
-                next;
-            } else {
-                fail("C function $name (symbol $sym, $file) has no portable body (`-- portable: $sym` in sql/portable/*.sql) and is not listed as omit-function in sql/portable/exceptions.txt");
-            }
-        } elsif ($stmt ne '') {
-            my @names = grep { $omitted{$_} } $stmt =~ /\@extschema\@\.(\w+)\s*\(/g;
-            if (@names) {
-                if ($stmt =~ /^\s*(COMMENT\s+ON\s+FUNCTION|GRANT|REVOKE|CREATE\s+TRIGGER)\b/) {
-                    push @out, $lead;
-                    next;
-                }
-                fail("$file: this statement uses $names[0], which the portable edition omits:\n$stmt");
-            }
-            $stmt = adapt($stmt, $file);
-            if (!defined $stmt) {
-                push @out, $lead;
-                next;
-            }
-        }
-        push @out, $lead . $stmt;
+# The install script: the C edition's sources, or a frozen release's.
+my @out;
+if (@ARGV == 1 && $ARGV[0] =~ m{(?:^|/)sql/released/portable/idempotency--(\d+\.\d+\.\d+)\.sql$}) {
+    $version = $1;
+    @upgrades = grep { vcmp($_->[1], $version) <= 0 } @upgrades;
+    push @out, frozen($ARGV[0]);
+} else {
+    port($_, \@out, 0) for @ARGV;
+    for my $sym (sort keys %body) {
+        fail("$body_file{$sym}: the body `-- portable: $sym` is used by no C declaration") unless $used{$sym};
     }
-}
-for my $sym (sort keys %body) {
-    fail("$body_file{$sym}: the body `-- portable: $sym` is used by no C declaration") unless $used{$sym};
-}
-for my $name (sort keys %fragment) {
-    fail("$fragment_file{$name}: the fragment `-- portable-fragment: $name` is used by no body") unless $fragment_used{$name};
-}
-for my $name (sort keys %omit) {
-    fail("exceptions.txt: omit-function $name, but no C function of that name is declared") unless $declared{$name};
+    for my $name (sort keys %fragment) {
+        fail("$fragment_file{$name}: the fragment `-- portable-fragment: $name` is used by no body") unless $fragment_used{$name};
+    }
+    for my $name (sort keys %omit) {
+        fail("exceptions.txt: omit-function $name, but no C function of that name is declared") unless $declared{$name};
+    }
 }
 my $script = join('', @out);
 fail("MODULE_PATHNAME is left in the portable script") if $script =~ /MODULE_PATHNAME/;
@@ -422,7 +585,7 @@ if ($mode eq 'ext' || $mode eq 'dbdev') {
 
 if ($mode eq 'tle') {
     (my $desc = $comment) =~ s/'/''/g;
-    my @paths = map { upgrade_script($_->[2]) } @upgrades;
+    my @paths = map { [@{upgrade_script($_)}, $_->[3] // $_->[2]] } @upgrades;
     print $head;
     my $n = @paths;
     my $listing = $n ? join('', map { "--   $_->[0] to $_->[1]\n" } @paths) : "--   none yet ($version is the first portable release)\n";
@@ -451,6 +614,14 @@ EOT
     print "$qq;\n";
     print <<"EOT";
 BEGIN
+    -- Without pg_tle, say so (rather than: schema "pgtle" does not exist).
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_extension AS x
+                    WHERE x.extname OPERATOR(pg_catalog.=) 'pg_tle'::pg_catalog.name) THEN
+        RAISE EXCEPTION 'idempotency: pg_tle is not installed in this database'
+            USING ERRCODE = '42704',
+                  DETAIL = 'This file registers idempotency $version with pg_tle (pgtle.install_extension), which this database does not have.',
+                  HINT = 'Add pg_tle to shared_preload_libraries (on RDS and Aurora: the DB parameter group, then reboot), run CREATE EXTENSION pg_tle; in this database, and run this file again as a role granted pgtle_admin. Without pg_tle, install the plain script idempotency-portable--$version.sql instead (docs/managed.md).';
+    END IF;
     IF NOT EXISTS (SELECT FROM pgtle.available_extensions() AS e
                     WHERE e.name OPERATOR(pg_catalog.=) 'idempotency') THEN
         PERFORM pgtle.install_extension('idempotency', '$version',
@@ -475,13 +646,13 @@ BEGIN
     END IF;
 EOT
     for my $p (@paths) {
-        my ($from, $to, $text) = @$p;
+        my ($from, $to, $text, $src) = @$p;
         my $pq = dollar_quote('_idem_tle_', $text);
         print <<"EOT";
     IF NOT EXISTS (SELECT FROM pgtle.extension_update_paths('idempotency') AS p
                     WHERE p.source OPERATOR(pg_catalog.=) '$from' AND p.target OPERATOR(pg_catalog.=) '$to'
                       AND p.path OPERATOR(pg_catalog.=) '$from--$to') THEN
-        -- sql/portable/upgrade/idempotency--$from--$to.sql
+        -- from $src
         PERFORM pgtle.install_update_path('idempotency', '$from', '$to',
             $pq);
     END IF;

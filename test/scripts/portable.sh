@@ -16,9 +16,9 @@
 #   pg_cron   Debian's postgresql-NN-cron, installed as root (apt-get update
 #             first) when missing; not root: says what to install, and the
 #             pg_cron test is skipped; not Debian's PostgreSQL: skipped
-#   (no pg_tle) the servers run from a private copy of the installation
+#   (copy)    the servers run from a private copy of the installation
 #             without the C edition's files, so that no test's CREATE
-#             EXTENSION gets the C edition
+#             EXTENSION gets the C edition and pg_tle works beside it
 #   regress   every test/sql test not listed as `regress NAME` in
 #             sql/portable/exceptions.txt, against the plain script (in
 #             public) and against the pg_tle extension (created by the
@@ -55,8 +55,9 @@
 #             pg_cron as docs/managed.md says (needs pg_cron); a test
 #             without what it needs is counted skipped
 # The installation is Debian's PostgreSQL 15 (PORTABLE_PG_CONFIG names
-# another); it must not have the C edition installed (pg_tle refuses to
-# register an extension whose control file exists).  Without the pg_tle
+# another); the servers run from a private copy of it without the C
+# edition (pg_tle refuses to register an extension whose control file
+# exists).  Without the pg_tle
 # source (a user's clone has no ../shared) the pg_tle steps are reported
 # skipped.  Errors raised by a RAISE of the portable functions carry one
 # more CONTEXT line, which test/portable/context_filter.pl removes.
@@ -82,7 +83,7 @@ passed=0; failed=0; skipped=0
 summary=(); failures=(); skips=()
 record() { # step pass fail [skip]
     passed=$((passed + $2)); failed=$((failed + $3)); skipped=$((skipped + ${4:-0}))
-    summary+=("$(printf '%-22s %3d passed, %3d failed, %d skipped' "$1" "$2" "$3" "${4:-0}")")
+    summary+=("$(printf '%-24s %3d passed, %3d failed, %d skipped' "$1" "$2" "$3" "${4:-0}")")
 }
 ok() { record "$1" 1 0; }
 bad() { record "$1" 0 1; failures+=("$1: $2"); echo "FAILED: $1: $2" >&2; }
@@ -143,10 +144,6 @@ else
     if PG_CONFIG=$IDEM_PG_CONFIG bash "$PGTLE_SRC/build.sh" >&2; then have_tle=1; else
         bad pg_tle "building pg_tle from $PGTLE_SRC failed"; fi
 fi
-if [ "$have_tle" = 1 ] && ls "$SHAREDIR"/extension/idempotency.control >/dev/null 2>&1; then
-    bad pg_tle "the C edition is installed in $SHAREDIR/extension: pg_tle refuses to register an extension whose control file exists (remove it, or PORTABLE_PG_CONFIG=an installation without it)"
-    have_tle=0
-fi
 [ "$have_tle" = 1 ] || [ -z "$tle_why" ] || skip pg_tle "$tle_why"
 
 # --- pg_cron: Debian's postgresql-NN-cron (root installs it when missing) ----
@@ -169,10 +166,12 @@ else
 fi
 [ "$have_cron" = 1 ] || [ -z "$cron_why" ] || skip pg_cron "$cron_why"
 
-# Without pg_tle the servers run from a private copy of the installation
-# without the C edition's files (as idem_private_install makes), so that
-# no test that runs CREATE EXTENSION can get the C edition unnoticed.
-if [ "$have_tle" = 0 ]; then
+# The servers run from a private copy of the installation without the C
+# edition's files (as idem_private_install makes), so that no test that
+# runs CREATE EXTENSION can get the C edition unnoticed, and pg_tle (which
+# refuses to register an extension whose control file exists) works where
+# the C edition is installed too.
+if true; then
     idem_log "a private copy of the installation, without the C edition"
     for d in "$IDEM_BINDIR" "$("$IDEM_PG_CONFIG" --pkglibdir)" "$SHAREDIR"; do
         mkdir -p "$WORK/pg$(dirname "$d")"
@@ -322,22 +321,41 @@ catalog() { # db -> stdout
     idem_as_pg psql -X -q -v ON_ERROR_STOP=1 -h "$IDEM_PGHOST" -p "$IDEM_PGPORT" -U postgres -d "$1" \
         -v schema=idem -v ignore="$ignore" -f "$WORK/src/test/portable/catalog.sql"
 }
+catalog_full() { # db -> stdout: catalog.sql comparing everything, and each function's body (portable against portable: upgrades)
+    idem_as_pg psql -X -q -v ON_ERROR_STOP=1 -h "$IDEM_PGHOST" -p "$IDEM_PGPORT" -U postgres -d "$1" \
+        -v schema=idem -v ignore= -f "$WORK/src/test/portable/catalog.sql" &&
+    idem_as_pg psql -X -q -At -v ON_ERROR_STOP=1 -h "$IDEM_PGHOST" -p "$IDEM_PGPORT" -U postgres -d "$1" -c "
+        SELECT 'body:' || p.proname || '(' || pg_catalog.pg_get_function_identity_arguments(p.oid) || ')'
+               || E'\t' || l.lanname || ' md5 ' || pg_catalog.md5(p.prosrc)
+          FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_language l ON l.oid = p.prolang
+         WHERE p.pronamespace = 'idem'::pg_catalog.regnamespace ORDER BY 1"
+}
 make_db idem_parity_plain plain idem >>"$WORK/db_plain.log" 2>&1 && catalog idem_parity_plain >"$WORK/catalog.plain" \
     || bad parity "cataloguing the plain script failed"
 [ "$have_tle" = 1 ] && { { make_db idem_parity_tle tle idem >>"$WORK/db_tle.log" 2>&1 && catalog idem_parity_tle >"$WORK/catalog.tle"; } ||
     bad parity "cataloguing the pg_tle edition failed"; }
 
 # --- upgrade: the mechanism, with a synthetic next release -------------------
-# 0.5.0 is the first portable release, so no upgrade script is shipped yet;
-# a copy of the clone becomes release NEXT (default_version bumped, a new
-# function and a new configuration table in the shared sources, and the
-# upgrade script sql/portable/upgrade/idempotency--V--NEXT.sql making the
-# same), built with `make portable tle dbdev`.  Nothing of it is committed.
+# A copy of the clone becomes release NEXT, as a release is made
+# (docs/managed.md, "Releasing"): V's portable upgrades frozen and their
+# sums recorded, default_version bumped, then a new function and a new
+# configuration table in the shared sources and in the C edition's
+# upgrade sql/idempotency--V--NEXT.sql, which also re-declares the C
+# function idem_status_is_valid unchanged (its portable body changes in
+# NEXT: the portable upgrade must ship it) and declares a C function the
+# portable edition omits (exceptions.txt), with its comment and REVOKE.
+# Built with `make portable tle dbdev`.  Nothing of it is committed.
 idem_log "step upgrade (synthetic release)"
 NEXT=$(echo "$V" | awk -F. '{ printf "%d.%d.%d", $1, $2, $3 + 1 }')
 NEXTDIR=$WORK/next
+GEN="perl sql/portable/generate.pl"
 mkdir -p "$NEXTDIR"
 (cd "$WORK/clone" && tar --exclude=./build -cf - .) | tar -C "$NEXTDIR" -xf -
+freeze_log=$WORK/next-freeze.log
+(cd "$NEXTDIR" && for p in $($GEN upgrade-list); do
+     [ "${p#*--}" = "$V" ] && [ ! -f "sql/released/portable/idempotency--$p.sql" ] || continue
+     $GEN freeze "$p" || exit 1
+ done) >"$freeze_log" 2>&1 || { cat "$freeze_log" >&2; bad upgrade-build "freezing $V's portable upgrades failed"; }
 sed -i "s/^default_version *=.*/default_version = '$NEXT'/" "$NEXTDIR/idempotency.control"
 next_sql() { # the objects release NEXT adds, in the form of the extension script
     cat <<EOF
@@ -350,49 +368,86 @@ AS \$\$ SELECT '$NEXT'::pg_catalog.text \$\$;
 COMMENT ON FUNCTION @extschema@.idem_synthetic_next() IS 'test/scripts/portable.sh: the synthetic release';
 CREATE TABLE @extschema@.idem_synthetic_next (k pg_catalog.text PRIMARY KEY);
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.idem_synthetic_next', '');
+CREATE OR REPLACE FUNCTION @extschema@.idem_synthetic_c()
+RETURNS pg_catalog.int4
+AS 'MODULE_PATHNAME', 'idem_synthetic_c'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.idem_synthetic_c() IS 'test/scripts/portable.sh: a C function the portable edition omits';
+REVOKE ALL ON FUNCTION @extschema@.idem_synthetic_c() FROM PUBLIC;
 EOF
 }
 next_sql >> "$NEXTDIR/sql/idempotency.sql"
-mkdir -p "$NEXTDIR/sql/portable/upgrade"
-next_sql > "$NEXTDIR/sql/portable/upgrade/idempotency--$V--$NEXT.sql"
+{ echo "\\echo Use \"ALTER EXTENSION idempotency UPDATE TO '$NEXT'\" to load this file. \\quit"
+  next_sql
+  echo
+  echo "-- idem_status_is_valid: its portable body changes; the C declaration, unchanged."
+  perl -0ne 'print "$1\n" if /^CREATE (FUNCTION \@extschema\@\.idem_status_is_valid\(.*?;)\n/ms' "$NEXTDIR/sql/idempotency.sql" |
+      sed '1s/^/CREATE OR REPLACE /'
+} > "$NEXTDIR/sql/idempotency--$V--$NEXT.sql"
+perl -0pi -e 's/(-- portable: idem_status_is_valid\n.*?\nBEGIN\n)/$1    -- the synthetic release\n/s' "$NEXTDIR/sql/portable/records.sql"
+echo "omit-function idem_synthetic_c test/scripts/portable.sh: the synthetic release's C-only function" >> "$NEXTDIR/sql/portable/exceptions.txt"
 TLE_NEXT=$WORK/idempotency--pgtle-$NEXT.sql
 PLAIN_NEXT=$WORK/idempotency-portable--$NEXT.sql
 PLAIN_UP=$WORK/idempotency-portable--$V--$NEXT.sql
-if make -C "$NEXTDIR" -s PG_CONFIG=/nonexistent portable tle dbdev >"$WORK/next.log" 2>&1 &&
+if grep -q "CREATE OR REPLACE FUNCTION @extschema@.idem_status_is_valid" "$NEXTDIR/sql/idempotency--$V--$NEXT.sql" &&
+   grep -q "the synthetic release" "$NEXTDIR/sql/portable/records.sql" &&
+   make -C "$NEXTDIR" -s PG_CONFIG=/nonexistent portable tle dbdev >"$WORK/next.log" 2>&1 &&
    cp "$NEXTDIR/build/tle/idempotency--pgtle.sql" "$TLE_NEXT" &&
    cp "$NEXTDIR/build/portable/idempotency-portable--$NEXT.sql" "$PLAIN_NEXT" &&
    cp "$NEXTDIR/build/portable/idempotency-portable--$V--$NEXT.sql" "$PLAIN_UP" &&
    [ -f "$NEXTDIR/build/dbdev/idempotency/idempotency--$V--$NEXT.sql" ] &&
-   grep -q "pgtle.install_update_path('idempotency', '$V', '$NEXT'" "$TLE_NEXT"; then
+   grep -q "pgtle.install_update_path('idempotency', '$V', '$NEXT'" "$TLE_NEXT" &&
+   grep -q "the synthetic release" "$PLAIN_UP" && ! grep -q "idem_synthetic_c" "$PLAIN_UP" "$PLAIN_NEXT"; then
     ok upgrade-build
 else
     cat "$WORK/next.log" >&2
-    bad upgrade-build "make portable tle dbdev of the synthetic release $NEXT failed or lacks the upgrade"
+    bad upgrade-build "make portable tle dbdev of the synthetic release $NEXT failed, or its upgrade lacks the new body or has the omitted function"
 fi
-# The generator refuses an upgrade that leads nowhere (no path on to NEXT).
-cp "$NEXTDIR/sql/portable/upgrade/idempotency--$V--$NEXT.sql" "$NEXTDIR/sql/portable/upgrade/idempotency--$V--9.9.8.sql"
-if make -C "$NEXTDIR" -s PG_CONFIG=/nonexistent tle >"$WORK/next-bad.log" 2>&1 ||
-   ! grep -q "upgrades to 9.9.8, newer than default_version" "$WORK/next-bad.log"; then
-    cat "$WORK/next-bad.log" >&2
-    bad upgrade-check "generate.pl accepted an upgrade past default_version"
+# A frozen upgrade is what the release built (the head says where it is from).
+frozen_same=1
+for f in "$WORK"/clone/build/portable/idempotency-portable--*--"$V".sql; do
+    [ -f "$f" ] || continue
+    cmp -s <(tail -n +3 "$f") <(tail -n +3 "$NEXTDIR/build/portable/${f##*/}") || frozen_same=0
+done
+if [ "$frozen_same" = 1 ]; then ok upgrade-frozen; else bad upgrade-frozen "a frozen portable upgrade to $V differs from the one $V built"; fi
+# The generator refuses an upgrade past default_version, and a released
+# upgrade whose portable form is not frozen.
+cp "$NEXTDIR/sql/idempotency--$V--$NEXT.sql" "$NEXTDIR/sql/idempotency--$V--9.9.8.sql"
+checks=0
+make -C "$NEXTDIR" -s PG_CONFIG=/nonexistent tle >"$WORK/next-bad.log" 2>&1 ||
+    { grep -q "upgrades to 9.9.8, newer than default_version" "$WORK/next-bad.log" && checks=$((checks + 1)); }
+rm -f "$NEXTDIR/sql/idempotency--$V--9.9.8.sql"
+FROZEN=$(ls "$NEXTDIR"/sql/released/portable/idempotency--*--"$V".sql 2>/dev/null | head -n 1)
+if [ -n "$FROZEN" ]; then
+    mv "$FROZEN" "$WORK/frozen.orig"
+    sed -i "\\|${FROZEN#"$NEXTDIR"/}|d" "$NEXTDIR/sql/released/SHA256SUMS"
+    make -C "$NEXTDIR" -s PG_CONFIG=/nonexistent tle >>"$WORK/next-bad.log" 2>&1 ||
+        { grep -q "$V is released (default_version is $NEXT) and its portable upgrade is not frozen" "$WORK/next-bad.log" && checks=$((checks + 1)); }
+    mv "$WORK/frozen.orig" "$FROZEN"
+    (cd "$NEXTDIR" && $GEN sum "${FROZEN#"$NEXTDIR"/}" 2>/dev/null)
 else
-    ok upgrade-check
+    checks=$((checks + 1))    # V has no portable upgrade to freeze
 fi
-rm -f "$NEXTDIR/sql/portable/upgrade/idempotency--$V--9.9.8.sql"
-# ... and a released upgrade (its SHA-256 in SHA256SUMS) edited afterwards.
-UPF=$NEXTDIR/sql/portable/upgrade/idempotency--$V--$NEXT.sql
-cp "$UPF" "$WORK/upgrade.orig"
-(cd "$NEXTDIR/sql/portable/upgrade" && sha256sum "idempotency--$V--$NEXT.sql" >> SHA256SUMS)
+if [ "$checks" = 2 ]; then ok upgrade-check; else
+    cat "$WORK/next-bad.log" >&2
+    bad upgrade-check "generate.pl accepted an upgrade past default_version, or a released one not frozen ($checks of 2 refused)"
+fi
+# ... and a released script (in sql/released/SHA256SUMS) edited afterwards,
+# until its new sum is recorded (the one step after a deliberate fix in place).
+REL=sql/idempotency--0.4.0--0.5.0.sql
+cp "$NEXTDIR/$REL" "$WORK/released.orig"; cp "$NEXTDIR/sql/released/SHA256SUMS" "$WORK/sums.orig"
 if make -C "$NEXTDIR" -s PG_CONFIG=/nonexistent tle >"$WORK/next-released.log" 2>&1 &&
-   echo "-- edited" >> "$UPF" &&
+   echo "-- edited" >> "$NEXTDIR/$REL" &&
    ! make -C "$NEXTDIR" -s PG_CONFIG=/nonexistent tle >>"$WORK/next-released.log" 2>&1 &&
-   grep -q "idempotency--$V--$NEXT.sql was released (SHA256SUMS) and has been edited since" "$WORK/next-released.log"; then
+   grep -q "$REL was released (sql/released/SHA256SUMS) and has been edited since" "$WORK/next-released.log" &&
+   (cd "$NEXTDIR" && $GEN sum "$REL") >>"$WORK/next-released.log" 2>&1 &&
+   make -C "$NEXTDIR" -s PG_CONFIG=/nonexistent tle >>"$WORK/next-released.log" 2>&1; then
     ok upgrade-released
 else
     cat "$WORK/next-released.log" >&2
-    bad upgrade-released "generate.pl did not accept a released upgrade as it was, or accepted it edited"
+    bad upgrade-released "generate.pl did not accept the released scripts as they were, accepted one edited, or refused it after 'generate.pl sum'"
 fi
-cp "$WORK/upgrade.orig" "$UPF"
+cp "$WORK/released.orig" "$NEXTDIR/$REL"; cp "$WORK/sums.orig" "$NEXTDIR/sql/released/SHA256SUMS"
 [ "$(id -u)" -ne 0 ] || chown -R postgres: "$WORK"
 
 # The state a database keeps across an upgrade, and what NEXT adds.
@@ -400,8 +455,11 @@ upgrade_probe() { # db schema [user]
     idem_psql -At -U "${3:-postgres}" -d "$1" -c "SET search_path = $2" \
         -c "SELECT idem_claim('up', 'k1')" \
         -c "SELECT idem_synthetic_next()" \
-        -c "SELECT count(*) FROM idem_synthetic_next"
+        -c "SELECT count(*) FROM idem_synthetic_next" \
+        -c "SELECT count(*) FILTER (WHERE prosrc LIKE '%the synthetic release%') || '/' || count(*) FROM pg_proc
+             WHERE proname IN ('idem_status_is_valid', 'idem_synthetic_c') AND pronamespace = '$2'::regnamespace"
 }
+PROBE_NEXT=$(printf 'f\n%s\n0\n1/1' "$NEXT")
 
 # pg_tle: a role in pgtle_admin registers V, creates the extension and
 # claims; then registers NEXT's file (NEXT and the update path), and
@@ -429,10 +487,10 @@ if [ "$have_tle" = 1 ]; then
          grep -q "version $NEXT is registered already" "$WORK/upgrade-tle-again.log" &&
          ! idem_psql -U idem_tle_admin -d idem_up_tle_fresh -f "$TLE" 2>"$WORK/upgrade-tle-older.log" &&
          grep -q "a newer version than $V is registered already" "$WORK/upgrade-tle-older.log" &&
-         catalog idem_up_tle >"$WORK/catalog.up_tle" && catalog idem_up_tle_fresh >"$WORK/catalog.up_tle_fresh"
+         catalog_full idem_up_tle >"$WORK/catalog.up_tle" && catalog_full idem_up_tle_fresh >"$WORK/catalog.up_tle_fresh"
        } >"$WORK/upgrade-tle.log" 2>&1 &&
        [ "$got" = "$(printf '%s\n%s\n%s' "$V" "$NEXT" "$NEXT")" ] &&
-       [ "$got2" = "$(printf 'f\n%s\n0' "$NEXT")" ] && [ "$got3" = "$NEXT" ]; then
+       [ "$got2" = "$PROBE_NEXT" ] && [ "$got3" = "$NEXT" ]; then
         if diff -u "$WORK/catalog.up_tle_fresh" "$WORK/catalog.up_tle" >>"$WORK/upgrade-tle.log"; then ok upgrade-tle; else
             cat "$WORK/upgrade-tle.log" >&2
             bad upgrade-tle "the catalog after ALTER EXTENSION UPDATE differs from a fresh $NEXT"; fi
@@ -457,8 +515,8 @@ if { make_db idem_up_plain plain idem && idem_psql -d idem_up_plain -c "SELECT i
      got=$(idem_psql -At -d idem_up_plain -c "SELECT version, edition FROM idem.idem_portable_version") &&
      got2=$(upgrade_probe idem_up_plain idem) &&
      make_db idem_up_plain_fresh plain idem &&
-     catalog idem_up_plain >"$WORK/catalog.up_plain"; } >"$WORK/upgrade-plain.log" 2>&1 &&
-   [ "$got" = "$NEXT|portable" ] && [ "$got2" = "$(printf 'f\n%s\n0' "$NEXT")" ]; then
+     catalog_full idem_up_plain >"$WORK/catalog.up_plain"; } >"$WORK/upgrade-plain.log" 2>&1 &&
+   [ "$got" = "$NEXT|portable" ] && [ "$got2" = "$PROBE_NEXT" ]; then
     ok upgrade-plain
 else
     cat "$WORK/upgrade-plain.log" >&2
@@ -466,7 +524,7 @@ else
 fi
 # A fresh NEXT, to compare and to refuse the upgrade on.
 if { idem_psql -c "CREATE DATABASE idem_up_plain_next" &&
-     plain_run idem_up_plain_next "$PLAIN_NEXT" && catalog idem_up_plain_next >"$WORK/catalog.up_plain_next"; } >>"$WORK/upgrade-plain.log" 2>&1 &&
+     plain_run idem_up_plain_next "$PLAIN_NEXT" && catalog_full idem_up_plain_next >"$WORK/catalog.up_plain_next"; } >>"$WORK/upgrade-plain.log" 2>&1 &&
    diff -u "$WORK/catalog.up_plain_next" "$WORK/catalog.up_plain" >>"$WORK/upgrade-plain.log"; then
     ok upgrade-plain-catalog
 else
@@ -486,6 +544,143 @@ v_after=$(idem_psql -At -d idem_up_plain -c "SELECT version FROM idem.idem_porta
 if [ "$refused" = 4 ] && [ "$v_after" = "$NEXT" ]; then ok upgrade-plain-refuses; else
     bad upgrade-plain-refuses "the plain upgrade ran where it must refuse ($refused of 4 refused; version now '$v_after'): $out"; fi
 
+# --- release: each released portable edition upgraded to V --------------------
+# sql/released/portable/idempotency--R.sql is release R's extension script
+# as it shipped (frozen); generate.pl wraps it as R's pg_tle file and plain
+# script (byte for byte the released ones, but for the pg_tle file's newer
+# pg_tle check).  Installed, given records (a claim, a completed result), a
+# lease, an outbox message and a state machine, then upgraded by V's files
+# (pg_tle: V's registration and ALTER EXTENSION UPDATE; plain: V's
+# idempotency-portable--A--B.sql from R on, in order): the state is kept,
+# and the catalog, bodies included, is a fresh V's.
+idem_log "step release (from the released portable editions)"
+release_state() { # db user: what a database of R holds
+    idem_psql -U "$2" -d "$1" -f - <<'EOF'
+SET search_path = idem;
+SELECT idem_outbox_subscribe('c1', 'orders');
+BEGIN; SELECT idem_claim('rel', 'c1'); COMMIT;
+BEGIN; SELECT idem_claim('rel', 'c2'); SELECT idem_complete('rel', 'c2', '{"r": 1}'); COMMIT;
+SELECT outcome FROM idem_begin('rel', 'l1', lease => '1 hour');
+BEGIN; SELECT idem_claim('rel', 'o1'); SELECT idem_publish('orders', '{"n": 1}'); COMMIT;
+SELECT idem_machine_define('m', '{"initial": ["a"], "transitions": {"a": ["b"], "b": []}}');
+EOF
+}
+release_probe() { # db user -> what the database holds after the upgrade
+    idem_psql -At -U "$2" -d "$1" -f - <<'EOF'
+SET search_path = idem;
+BEGIN;
+SELECT idem_claim('rel', 'c1'), idem_claim('rel', 'c2'), idem_claim('rel', 'new');
+COMMIT;
+SELECT (idem_lookup('rel', 'c2')).result;
+SELECT idem_finish('rel', 'l1', (SELECT token FROM idem_records WHERE scope = 'rel' AND key = 'l1'), '{"ok": 1}');
+SELECT outcome, result FROM idem_begin('rel', 'l1');
+SELECT topic, payload FROM idem_outbox_fetch('c1');
+SELECT idem_can_transition('m', 'a', 'b'), idem_can_transition('m', 'b', 'a');
+EOF
+}
+RELEASE_PROBE=$(printf 'f|f|t\n{"r": 1}\n\ncompleted|{"ok": 1}\norders|{"n": 1}\nt|f')
+[ "$have_tle" = 1 ] && catalog_full idem_parity_tle >"$WORK/catalog-full.tle" 2>>"$WORK/release.log"
+catalog_full idem_parity_plain >"$WORK/catalog-full.plain" 2>>"$WORK/release.log"
+releases=$(cd "$WORK/clone/sql/released/portable" && ls | sed -nE 's/^idempotency--([0-9]+\.[0-9]+\.[0-9]+)\.sql$/\1/p')
+[ -n "$releases" ] || bad release "no released portable edition in sql/released/portable"
+for R in $releases; do
+    [ "$R" != "$V" ] || continue
+    TLE_R=$WORK/idempotency--pgtle-$R.sql
+    PLAIN_R=$WORK/idempotency-portable--$R.sql
+    if ! (cd "$WORK/clone" && $GEN tle "sql/released/portable/idempotency--$R.sql" >"$TLE_R" &&
+          $GEN plain "sql/released/portable/idempotency--$R.sql" >"$PLAIN_R") 2>>"$WORK/release.log"; then
+        cat "$WORK/release.log" >&2; bad "release-$R" "generate.pl could not wrap the released $R"; continue
+    fi
+    [ "$(id -u)" -ne 0 ] || chown postgres: "$TLE_R" "$PLAIN_R"
+    if [ "$have_tle" = 1 ]; then
+        db=idem_rel_tle_${R//./_}
+        if { idem_psql -c "CREATE DATABASE $db OWNER idem_tle_admin TEMPLATE template0" &&
+             idem_psql -d "$db" -c "CREATE EXTENSION pg_tle" &&
+             idem_psql -U idem_tle_admin -d "$db" -f "$TLE_R" &&
+             idem_psql -U idem_tle_admin -d "$db" -c "CREATE SCHEMA idem" -c "CREATE EXTENSION idempotency SCHEMA idem" &&
+             release_state "$db" idem_tle_admin &&
+             got=$(idem_psql -At -U idem_tle_admin -d "$db" -c "SELECT extversion FROM pg_extension WHERE extname = 'idempotency'") &&
+             idem_psql -U idem_tle_admin -d "$db" -f "$TLE" &&
+             idem_psql -U idem_tle_admin -d "$db" -c "ALTER EXTENSION idempotency UPDATE" &&
+             got2=$(idem_psql -At -U idem_tle_admin -d "$db" -c "SELECT extversion FROM pg_extension WHERE extname = 'idempotency'") &&
+             got3=$(release_probe "$db" idem_tle_admin) &&
+             catalog_full "$db" >"$WORK/catalog-full.rel_tle_$R"; } >>"$WORK/release.log" 2>&1 &&
+           [ "$got" = "$R" ] && [ "$got2" = "$V" ] && [ "$got3" = "$RELEASE_PROBE" ]; then
+            if diff -u "$WORK/catalog-full.tle" "$WORK/catalog-full.rel_tle_$R" >>"$WORK/release.log"; then ok "release-tle-$R"; else
+                cat "$WORK/release.log" >&2
+                bad "release-tle-$R" "the catalog after ALTER EXTENSION UPDATE from the released $R differs from a fresh $V (diff above)"; fi
+        else
+            cat "$WORK/release.log" >&2
+            bad "release-tle-$R" "pg_tle: released $R, its state, V's file, ALTER EXTENSION UPDATE: got '${got:-}' / '${got2:-}' / '${got3:-}'"
+        fi
+    else
+        skip "release-tle-$R" "no pg_tle"
+    fi
+    db=idem_rel_plain_${R//./_}
+    ran=""
+    if { idem_psql -c "CREATE DATABASE $db" && plain_run "$db" "$PLAIN_R" && release_state "$db" postgres &&
+         got=$(idem_psql -At -d "$db" -c "SELECT version FROM idem.idem_portable_version") &&
+         at=$R && for p in $(cd "$WORK/clone" && $GEN upgrade-list); do
+             [ "${p%--*}" = "$at" ] || continue
+             plain_run "$db" "$WORK/clone/build/portable/idempotency-portable--$p.sql" || exit 1
+             at=${p#*--}; ran="$ran $p"
+         done &&
+         got2=$(idem_psql -At -d "$db" -c "SELECT version, edition FROM idem.idem_portable_version") &&
+         got3=$(release_probe "$db" postgres) &&
+         catalog_full "$db" >"$WORK/catalog-full.rel_plain_$R"; } >>"$WORK/release.log" 2>&1 &&
+       [ "$got" = "$R" ] && [ "$got2" = "$V|portable" ] && [ "$got3" = "$RELEASE_PROBE" ]; then
+        if diff -u "$WORK/catalog-full.plain" "$WORK/catalog-full.rel_plain_$R" >>"$WORK/release.log"; then ok "release-plain-$R"; else
+            cat "$WORK/release.log" >&2
+            bad "release-plain-$R" "the catalog after the plain upgrades from the released $R differs from a fresh $V (diff above)"; fi
+    else
+        cat "$WORK/release.log" >&2
+        bad "release-plain-$R" "plain: released $R, its state, the upgrades ($ran): got '${got:-}' / '${got2:-}' / '${got3:-}'"
+    fi
+done
+
+# --- one copy per database: every install refuses beside another edition -----
+# (sql/idempotency.sql's first statement).  The C edition's own cases are
+# in the parity step below and in test/sql/one_copy.sql.
+idem_log "step one-copy"
+refuses() { # log what... : the output names the first copy
+    grep -q "idempotency is installed in this database already" "$1" &&
+        grep -q "DETAIL:  Schema idem has idempotency $V ($2)" "$1"
+}
+if [ "$have_tle" = 1 ]; then
+    # The plain script beside the pg_tle extension, then the reverse.
+    if make_db idem_one_tle tle idem >"$WORK/one-tle.log" 2>&1 &&
+       ! plain_run idem_one_tle "$PLAIN" idem2 >>"$WORK/one-tle.log" 2>&1 &&
+       refuses "$WORK/one-tle.log" "the portable edition, through pg_tle" &&
+       [ "$(idem_psql -At -d idem_one_tle -c "SELECT count(*) FROM pg_namespace WHERE nspname = 'idem2'")" = 0 ]; then
+        ok one-copy-tle-then-plain
+    else
+        cat "$WORK/one-tle.log" >&2
+        bad one-copy-tle-then-plain "the plain script installed beside the pg_tle extension, or said so unclearly"
+    fi
+    if make_db idem_one_plain plain idem >"$WORK/one-plain.log" 2>&1 &&
+       ! idem_psql -d idem_one_plain -c "CREATE SCHEMA idem2" -c "CREATE EXTENSION idempotency SCHEMA idem2" \
+           >>"$WORK/one-plain.log" 2>&1 &&
+       refuses "$WORK/one-plain.log" "the portable edition, plain script" &&
+       [ "$(idem_psql -At -d idem_one_plain -c "SELECT count(*) FROM pg_extension WHERE extname = 'idempotency'")" = 0 ]; then
+        ok one-copy-plain-then-tle
+    else
+        cat "$WORK/one-plain.log" >&2
+        bad one-copy-plain-then-tle "CREATE EXTENSION (pg_tle) succeeded beside the plain script, or said so unclearly"
+    fi
+else
+    skip one-copy-tle-then-plain "no pg_tle"; skip one-copy-plain-then-tle "no pg_tle"
+fi
+# The pg_tle file where pg_tle is missing says so, and how to get it.
+if idem_psql -c "CREATE DATABASE idem_no_tle TEMPLATE template0" >"$WORK/no-tle.log" 2>&1 &&
+   ! idem_psql -d idem_no_tle -f "$TLE" >>"$WORK/no-tle.log" 2>&1 &&
+   grep -q "ERROR:  idempotency: pg_tle is not installed in this database" "$WORK/no-tle.log" &&
+   grep -q "HINT:  Add pg_tle to shared_preload_libraries" "$WORK/no-tle.log"; then
+    ok tle-file-without-pg_tle
+else
+    cat "$WORK/no-tle.log" >&2
+    bad tle-file-without-pg_tle "the pg_tle file run without pg_tle did not say that pg_tle is missing"
+fi
+
 # --- dbdev: the database.dev package, installed as dbdev.install does ----------
 # (pgtle.install_extension under the name HANDLE@idempotency, each upgrade
 # with install_update_path); created under that name, it finds its schema
@@ -495,7 +690,7 @@ if [ "$have_tle" = 1 ]; then
     DBDEV=$WORK/clone/build/dbdev/idempotency
     DBDEV_NEXT=$NEXTDIR/build/dbdev/idempotency
     dbdev_register() { # db dir: as dbdev.install, by the pgtle_admin role
-        local dir=$2 v f
+        local dir=$2 v f a b
         v=$(sed -n "s/^default_version *= *'\([^']*\)'.*/\1/p" "$dir/idempotency.control")
         {
             echo "DO \$dbdev\$ BEGIN"
@@ -506,7 +701,9 @@ if [ "$have_tle" = 1 ]; then
             for f in "$dir"/idempotency--*--*.sql; do
                 [ -f "$f" ] || continue
                 f=$(basename "$f" .sql)
-                echo "PERFORM pgtle.install_update_path('test@idempotency', '$(cut -d- -f3 <<<"$f")', '$(cut -d- -f5 <<<"$f")', \$dbdev_sql\$$(cat "$dir/$f.sql")\$dbdev_sql\$);"
+                a=$(cut -d- -f3 <<<"$f"); b=$(cut -d- -f5 <<<"$f")
+                echo "IF NOT EXISTS (SELECT FROM pgtle.extension_update_paths('test@idempotency') p WHERE p.source = '$a' AND p.target = '$b' AND p.path = '$a--$b') THEN"
+                echo "PERFORM pgtle.install_update_path('test@idempotency', '$a', '$b', \$dbdev_sql\$$(cat "$dir/$f.sql")\$dbdev_sql\$); END IF;"
             done
             echo "END \$dbdev\$;"
         } | idem_psql -U idem_tle_admin -d "$1" -f -
@@ -518,6 +715,9 @@ if [ "$have_tle" = 1 ]; then
          idem_psql -U idem_tle_admin -d idem_dbdev -c "CREATE SCHEMA idem" -c "CREATE EXTENSION \"test@idempotency\" SCHEMA idem" &&
          got=$(idem_psql -At -U idem_tle_admin -d idem_dbdev -c "SELECT idem.idem_grant('idem_tle_admin')" \
                  -c "SELECT idem.idem_claim('d', 'k'), idem.idem_claim('d', 'k')") &&
+         # One copy: the plain script beside it refuses, naming the package.
+         ! plain_run idem_dbdev "$PLAIN" idem2 >"$WORK/dbdev-one.log" 2>&1 &&
+         refuses "$WORK/dbdev-one.log" "the portable edition, database.dev package test@idempotency" &&
          dbdev_register idem_dbdev "$DBDEV_NEXT" &&
          got2=$(idem_psql -At -U idem_tle_admin -d idem_dbdev -c "ALTER EXTENSION \"test@idempotency\" UPDATE" \
                  -c "SELECT extversion FROM pg_extension WHERE extname = 'test@idempotency'" -c "SELECT idem.idem_synthetic_next()"); } \
@@ -548,6 +748,26 @@ else
     bad parity "creating the C edition failed"
 fi
 [ "$have_tle" = 1 ] || skip parity-tle "no pg_tle"
+
+# One copy, the C edition: the plain script beside the C extension (in
+# another schema), and CREATE EXTENSION beside the plain script.
+if ! plain_run idem_parity_c "$PLAIN" idem2 >"$WORK/one-c.log" 2>&1 &&
+   refuses "$WORK/one-c.log" "the C edition" &&
+   [ "$(idem_psql -At -d idem_parity_c -c "SELECT count(*) FROM pg_namespace WHERE nspname = 'idem2'")" = 0 ]; then
+    ok one-copy-c-then-plain
+else
+    cat "$WORK/one-c.log" >&2
+    bad one-copy-c-then-plain "the plain script installed beside the C edition, or said so unclearly"
+fi
+if { idem_psql -c "CREATE DATABASE idem_one_c" && plain_run idem_one_c "$PLAIN" idem; } >"$WORK/one-c2.log" 2>&1 &&
+   ! idem_psql -d idem_one_c -c "CREATE SCHEMA idem2" -c "CREATE EXTENSION idempotency SCHEMA idem2" >>"$WORK/one-c2.log" 2>&1 &&
+   refuses "$WORK/one-c2.log" "the portable edition, plain script" &&
+   [ "$(idem_psql -At -d idem_one_c -c "SELECT count(*) FROM pg_extension WHERE extname = 'idempotency'")" = 0 ]; then
+    ok one-copy-plain-then-c
+else
+    cat "$WORK/one-c2.log" >&2
+    bad one-copy-plain-then-c "CREATE EXTENSION (the C edition) succeeded beside the plain script, or said so unclearly"
+fi
 
 # --- tap: test/portable/t/*.pl -------------------------------------------------
 # With the two installations: the portable edition's (pg_tle when it has

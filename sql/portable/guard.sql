@@ -208,7 +208,7 @@ $$;
 -- portable-fragment: drop_guard
 FRAGMENT AS $$
 DECLARE
-    _r record;
+    _r pg_catalog.record;
 BEGIN
     _real := 0;
     FOR _r IN

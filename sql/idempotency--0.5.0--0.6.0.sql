@@ -34,3 +34,17 @@ CREATE OR REPLACE FUNCTION @extschema@.idem_unguard(
 RETURNS pg_catalog.void
 AS 'MODULE_PATHNAME', 'idem_unguard'
 LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+
+-- Only the exact shape is a guard (docs/security.md, invariant 5): the C
+-- edition's declarations unchanged, so that the portable edition's
+-- upgrade gets the new bodies of idem_guard_trigger and idem_machine_drop
+-- (idem_guard and idem_unguard are above).
+CREATE OR REPLACE FUNCTION @extschema@.idem_machine_drop(machine pg_catalog.text)
+RETURNS pg_catalog.void
+AS 'MODULE_PATHNAME', 'idem_machine_drop'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+
+CREATE OR REPLACE FUNCTION @extschema@.idem_guard_trigger()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'idem_guard_trigger'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;

@@ -10,6 +10,12 @@
 #    public.idem_guard(regclass, name, text, text, bool), made by a role
 #    with CREATE on public next to a table of its own carrying an old
 #    check trigger, ran as the superuser who updated the extension.
+# 2. The bodies in SQL and PL/pgSQL (both editions) name no type through
+#    the caller's search_path.  The outbox functions declared 'x record':
+#    with the database's search_path set to public, pg_catalog by its
+#    owner, a type public.record whose field is a domain with a CHECK
+#    calling the owner's function ran that function as the superuser who
+#    called idem_outbox_purge (or the background purge that calls it).
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -69,6 +75,38 @@ is( $node->safe_psql(
 	   AND cardinality(tgattr::int2[]) = 0}),
 	'2',
 	"the old guard's triggers were made again by the extension's idem_guard");
+
+# --- 2. types through the caller's search_path ------------------------------
+$node->safe_psql(
+	'postgres', q{
+	CREATE DATABASE owned OWNER mallory;
+	\c owned
+	CREATE EXTENSION idempotency;
+	CREATE TABLE public.pwned (what text);
+	GRANT INSERT ON public.pwned TO PUBLIC;
+	GRANT CREATE ON SCHEMA public TO mallory;
+	SELECT idem_publish('t', '{"n": 1}', key => 'k1');
+});
+$node->safe_psql(
+	'owned', q{
+	SET ROLE mallory;
+	ALTER DATABASE owned SET search_path = public, pg_catalog;
+	CREATE FUNCTION public.pwn() RETURNS boolean LANGUAGE plpgsql
+	    SET search_path = pg_catalog AS $$
+	BEGIN
+	    INSERT INTO public.pwned VALUES ('record as ' || current_user);
+	    RETURN true;
+	END $$;
+	CREATE DOMAIN public.trap AS pg_catalog.text CHECK (public.pwn());
+	CREATE TYPE public.record AS (topic public.trap, id public.trap, created_at public.trap);
+});
+# A new session takes the database's search_path.
+($rc, $out, $err) = $node->psql('owned',
+	"SELECT current_setting('search_path'); SELECT idem_outbox_purge();");
+like($out, qr/^public, pg_catalog$/m, "the superuser's session has mallory's search_path");
+is($node->safe_psql('owned', 'SELECT count(*) FROM public.pwned'),
+	'0', "idem_outbox_purge ran nothing of mallory's")
+  or diag $err;
 
 $node->stop;
 done_testing();

@@ -143,6 +143,12 @@ SELECT idem_token_consume('sp', idem_token_issue('sp'));
 COMMIT;
 SELECT scope, records FROM idem_summary() WHERE scope OPERATOR(pg_catalog.=) 'sp';
 SELECT idem_purge() OPERATOR(pg_catalog.>=) 0 AS purged;
+-- The outbox (SQL and PL/pgSQL in both editions).
+SELECT idem_outbox_subscribe('sp_c', 'sp_t', true);
+SELECT idem_publish('sp_t', '{"n": 1}', key => 'sp_k') IS NOT NULL AS published;
+SELECT idem_outbox_ack('sp_c', f.id) FROM idem_outbox_fetch('sp_c') AS f;
+SELECT idem_outbox_advance('sp_c') IS NOT NULL AS advanced;
+SELECT idem_outbox_purge() OPERATOR(pg_catalog.>=) 0 AS outbox_purged;
 
 RESET search_path;
 -- Nothing of sp_mallory's ran.
@@ -152,6 +158,8 @@ SET client_min_messages = warning;
 DROP TABLE public.sp_orders, public.sp_parent;
 DELETE FROM idem_records WHERE scope IN ('sp', '');
 DELETE FROM idem_transition_log WHERE table_name = 'public.sp_orders';
+SELECT idem_outbox_unsubscribe('sp_c', 'sp_t');
+DELETE FROM idem_outbox WHERE topic = 'sp_t';
 DROP FUNCTION public.idem_guard_allows(pg_catalog.text, pg_catalog.varchar, pg_catalog.varchar);
 DROP SCHEMA sp_evil CASCADE;
 REVOKE CREATE ON SCHEMA public FROM sp_mallory;

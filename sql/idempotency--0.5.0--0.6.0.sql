@@ -300,3 +300,105 @@ COMMENT ON FUNCTION @extschema@.idem_revoke(pg_catalog.regrole) IS
 
 REVOKE ALL ON FUNCTION @extschema@.idem_grant(pg_catalog.regrole, pg_catalog.text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.idem_revoke(pg_catalog.regrole) FROM PUBLIC;
+
+-- citus hint: idem_distribute without Citus says what to do where Citus
+-- cannot be loaded (a managed service), not only how to preload it.
+CREATE OR REPLACE FUNCTION @extschema@.idem_distribute(
+    shard_key pg_catalog.regtype DEFAULT NULL,
+    colocate_with pg_catalog.regclass DEFAULT NULL,
+    delegate pg_catalog.bool DEFAULT true)
+RETURNS pg_catalog.void
+LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    nsp text := (SELECT n.nspname FROM pg_catalog.pg_extension e
+                 JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) e.extnamespace
+                 WHERE e.extname OPERATOR(pg_catalog.=) 'idempotency');
+    records regclass;
+    machines regclass;
+    column_now text;
+    type_now regtype;
+    want text := 'key';
+    ddl text;
+    failed text;
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_extension e
+                   WHERE e.extname OPERATOR(pg_catalog.=) 'citus') THEN
+        RAISE EXCEPTION 'idem_distribute: the citus extension is not installed in this database'
+            USING ERRCODE = '55000',
+                  DETAIL = 'idem_distribute makes idem_records a Citus distributed table and idem_machines a Citus reference table.',
+                  HINT = 'Without Citus (a managed service such as RDS or Cloud SQL cannot load it), do not call idem_distribute: idem_records works as an ordinary table. On a server you run: add citus to shared_preload_libraries (before idempotency), CREATE EXTENSION citus on every node and add the workers with citus_add_node (docs/citus.md).';
+    END IF;
+    records := pg_catalog.format('%I.idem_records', nsp)::pg_catalog.regclass;
+    machines := pg_catalog.format('%I.idem_machines', nsp)::pg_catalog.regclass;
+
+    SELECT pg_catalog.column_to_column_name(p.logicalrelid, p.partkey) INTO column_now
+    FROM pg_catalog.pg_dist_partition p WHERE p.logicalrelid OPERATOR(pg_catalog.=) records;
+    IF column_now IS NOT NULL THEN
+        SELECT a.atttypid::pg_catalog.regtype INTO type_now FROM pg_catalog.pg_attribute a
+        WHERE a.attrelid OPERATOR(pg_catalog.=) records AND a.attname OPERATOR(pg_catalog.=) column_now;
+        IF idem_distribute.shard_key IS NOT NULL THEN
+            want := 'shard_key';
+        END IF;
+        IF column_now OPERATOR(pg_catalog.<>) want
+           OR (idem_distribute.shard_key IS NOT NULL AND type_now IS DISTINCT FROM idem_distribute.shard_key) THEN
+            RAISE EXCEPTION 'idem_distribute: idem_records is distributed by % already', column_now
+                USING ERRCODE = '55000',
+                      DETAIL = pg_catalog.format('Its distribution column is %s of type %s; the records cannot be moved to another distribution column here.', column_now, type_now),
+                      HINT = 'Call idem_distribute with the arguments it was first called with, or empty idem_records, undistribute it with undistribute_table and call idem_distribute again.';
+        END IF;
+    ELSIF idem_distribute.shard_key IS NULL THEN
+        PERFORM pg_catalog.create_distributed_table(records, 'key',
+            colocate_with => COALESCE(idem_distribute.colocate_with::pg_catalog.text, 'default'));
+        IF idem_distribute.delegate THEN
+            PERFORM pg_catalog.create_distributed_function(
+                pg_catalog.format('%I.idem_claim(text,text,interval,text)', nsp)::pg_catalog.regprocedure,
+                '$2', colocate_with => records::pg_catalog.text);
+            PERFORM pg_catalog.create_distributed_function(
+                pg_catalog.format('%I.idem_claim(text)', nsp)::pg_catalog.regprocedure,
+                '$1', colocate_with => records::pg_catalog.text);
+        END IF;
+    ELSE
+        IF EXISTS (SELECT FROM @extschema@.idem_records) THEN
+            RAISE EXCEPTION 'idem_distribute: idem_records is not empty'
+                USING ERRCODE = '55000',
+                      DETAIL = 'A shard key can be added only to empty records: the existing records have no value for it.',
+                      HINT = 'Distribute the records before the first claim, or release or purge them first.';
+        END IF;
+        -- The same change on every node: each node's idem_records (from its
+        -- own CREATE EXTENSION) becomes a shell of the distributed table,
+        -- and Citus plans a statement on a node against its shell.  The
+        -- command does nothing where the column exists, so a second call
+        -- after a failure finishes the job.
+        ddl := pg_catalog.format(
+            'DO $d$ BEGIN IF NOT EXISTS (SELECT FROM pg_catalog.pg_attribute'
+            ' WHERE attrelid = %L::pg_catalog.regclass AND attname = ''shard_key'' AND NOT attisdropped) THEN'
+            ' ALTER TABLE %I.idem_records ADD COLUMN shard_key %s NOT NULL,'
+            ' DROP CONSTRAINT idem_records_pkey,'
+            ' ADD CONSTRAINT idem_records_pkey PRIMARY KEY (shard_key, scope, key); END IF; END $d$',
+            records::pg_catalog.text, nsp, idem_distribute.shard_key);
+        EXECUTE ddl;
+        SELECT pg_catalog.string_agg(r.nodename OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) r.nodeport
+                                     OPERATOR(pg_catalog.||) ': ' OPERATOR(pg_catalog.||) r.result, '; ')
+          INTO failed
+          FROM pg_catalog.run_command_on_workers(ddl) r WHERE NOT r.success;
+        IF failed IS NOT NULL THEN
+            RAISE EXCEPTION 'idem_distribute: could not add the shard key on every worker'
+                USING ERRCODE = '55000',
+                      DETAIL = pg_catalog.format('Failed: %s.', failed),
+                      HINT = 'Make sure every worker has the idempotency extension (CREATE EXTENSION idempotency) and call idem_distribute again.';
+        END IF;
+        PERFORM pg_catalog.create_distributed_table(records, 'shard_key',
+            colocate_with => COALESCE(idem_distribute.colocate_with::pg_catalog.text, 'default'));
+    END IF;
+
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p
+                   WHERE p.logicalrelid OPERATOR(pg_catalog.=) machines) THEN
+        -- Its triggers (validation, cache invalidation) go to every
+        -- placement: Citus copies triggers only when this is on.
+        PERFORM pg_catalog.set_config('citus.enable_unsafe_triggers', 'on', true);
+        PERFORM pg_catalog.create_reference_table(machines);
+    END IF;
+END
+$$;

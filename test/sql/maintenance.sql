@@ -46,7 +46,9 @@ SELECT count(*) AS outbox_left FROM idem_outbox;
 SELECT part, last_purged IS NOT NULL AS noted, last_removed,
        purged_by = 'idem_maintain() by ' || quote_ident(current_user) AS by_maintain, waiting
   FROM idem_health ORDER BY part;
+\set SHOW_CONTEXT never
 SELECT idem_maintain(NULL);
+\set SHOW_CONTEXT errors
 
 -- Not public: it deletes.  The health view is, and counts what the role
 -- may read (NULL otherwise).

@@ -36,7 +36,7 @@ PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initi
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs 2>/dev/null)
 
-.PHONY: demo test test-matrix lint bench soak sanitize deb mutate portable tle dbdev test-portable portable-always
+.PHONY: demo test test-examples test-matrix lint bench soak sanitize deb mutate portable tle dbdev test-portable portable-always
 
 # The portable edition (SQL and PL/pgSQL, for managed PostgreSQL; see
 # docs/managed.md), generated from SQL_SOURCES and sql/portable/ by
@@ -137,6 +137,12 @@ demo:
 # make test TESTS="claim_basic lease_race": only these tests (CONTRIBUTING.md)
 test:
 	@PG_CONFIG=$(PG_CONFIG) TESTS="$(TESTS)" bash test/scripts/run.sh $(SUITES)
+
+# The client examples with every toolchain they need (installed as root
+# when missing: Python with psycopg2, a JDK with the JDBC driver, Node and
+# npm); make test runs only those whose toolchain is present.
+test-examples:
+	@PG_CONFIG=$(PG_CONFIG) IDEM_EXAMPLES=1 bash test/scripts/run.sh examples
 
 # Every suite on PostgreSQL 15 to 19 (test/scripts/matrix.sh says how to choose).
 test-matrix:

@@ -56,7 +56,7 @@ BEGIN
         RAISE EXCEPTION 'idem_distribute: the citus extension is not installed in this database'
             USING ERRCODE = '55000',
                   DETAIL = 'idem_distribute makes idem_records a Citus distributed table and idem_machines a Citus reference table.',
-                  HINT = 'Add citus to shared_preload_libraries (before idempotency), run CREATE EXTENSION citus on every node and add the workers with citus_add_node; see docs/citus.md.';
+                  HINT = 'Without Citus (a managed service such as RDS or Cloud SQL cannot load it), do not call idem_distribute: idem_records works as an ordinary table. On a server you run: add citus to shared_preload_libraries (before idempotency), CREATE EXTENSION citus on every node and add the workers with citus_add_node (docs/citus.md).';
     END IF;
     records := pg_catalog.format('%I.idem_records', nsp)::pg_catalog.regclass;
     machines := pg_catalog.format('%I.idem_machines', nsp)::pg_catalog.regclass;

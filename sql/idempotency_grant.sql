@@ -18,11 +18,12 @@ DECLARE
                  JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) e.extnamespace
                  WHERE e.extname OPERATOR(pg_catalog.=) 'idempotency');
 BEGIN
-    IF access IS DISTINCT FROM 'write' AND access IS DISTINCT FROM 'read' THEN
+    IF access IS DISTINCT FROM 'write' AND access IS DISTINCT FROM 'read'
+       AND access IS DISTINCT FROM 'define' THEN
         RAISE EXCEPTION 'idem_grant: unknown access level "%"', access
             USING ERRCODE = '22023',
-                  DETAIL = 'The access level is ''write'' (claims, leases, tokens, guarded tables) or ''read'' (idem_lookup, idem_await).',
-                  HINT = 'Call idem_grant(role) or idem_grant(role, ''read'').';
+                  DETAIL = 'The access level is ''write'' (claims, leases, tokens, guarded tables), ''read'' (idem_lookup, idem_await) or ''define'' (''write'', and defining machines and guarding the role''s own tables).',
+                  HINT = 'Call idem_grant(role), idem_grant(role, ''read'') or idem_grant(role, ''define'').';
     END IF;
     EXECUTE pg_catalog.format('GRANT USAGE ON SCHEMA %I TO %s', nsp, role);
     IF access OPERATOR(pg_catalog.=) 'read' THEN
@@ -37,11 +38,19 @@ BEGIN
     EXECUTE pg_catalog.format('GRANT USAGE ON SEQUENCE %I.idem_outbox_position_seq TO %s', nsp, role);
     EXECUTE pg_catalog.format('GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE %I.idem_outbox_subscriptions TO %s', nsp, role);
     EXECUTE pg_catalog.format('GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE %I.idem_outbox_deliveries TO %s', nsp, role);
+    -- 'define': machines (idem_machines, whose triggers validate each
+    -- write) and guards on tables the role owns (CREATE TRIGGER needs
+    -- its TRIGGER privilege there).
+    IF access OPERATOR(pg_catalog.=) 'define' THEN
+        EXECUTE pg_catalog.format('GRANT INSERT, UPDATE, DELETE ON TABLE %I.idem_machines TO %s', nsp, role);
+        EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %I.idem_machine_define(pg_catalog.text, pg_catalog.jsonb), %I.idem_machine_drop(pg_catalog.text) TO %s', nsp, nsp, role);
+        EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %I.idem_guard(pg_catalog.regclass, pg_catalog.name, pg_catalog.text, pg_catalog.name, pg_catalog.bool), %I.idem_unguard(pg_catalog.regclass, pg_catalog.name) TO %s', nsp, nsp, role);
+    END IF;
 END
 $$;
 
 COMMENT ON FUNCTION @extschema@.idem_grant(pg_catalog.regrole, pg_catalog.text) IS
-    'Grant role what an application needs: ''write'' (default) for claims, leases, tokens and guarded tables with history, ''read'' for idem_lookup and idem_await';
+    'Grant role what an application needs: ''write'' (default) for claims, leases, tokens and guarded tables with history, ''read'' for idem_lookup and idem_await, ''define'' for ''write'' and defining machines and guards';
 
 CREATE FUNCTION @extschema@.idem_revoke(role pg_catalog.regrole)
 RETURNS pg_catalog.void
@@ -61,6 +70,10 @@ BEGIN
     EXECUTE pg_catalog.format('REVOKE ALL ON SEQUENCE %I.idem_outbox_position_seq FROM %s', nsp, role);
     EXECUTE pg_catalog.format('REVOKE ALL ON TABLE %I.idem_outbox_subscriptions FROM %s', nsp, role);
     EXECUTE pg_catalog.format('REVOKE ALL ON TABLE %I.idem_outbox_deliveries FROM %s', nsp, role);
+    -- 'define' (SELECT on idem_machines stays PUBLIC's).
+    EXECUTE pg_catalog.format('REVOKE ALL ON TABLE %I.idem_machines FROM %s', nsp, role);
+    EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %I.idem_machine_define(pg_catalog.text, pg_catalog.jsonb), %I.idem_machine_drop(pg_catalog.text) FROM %s', nsp, nsp, role);
+    EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %I.idem_guard(pg_catalog.regclass, pg_catalog.name, pg_catalog.text, pg_catalog.name, pg_catalog.bool), %I.idem_unguard(pg_catalog.regclass, pg_catalog.name) FROM %s', nsp, nsp, role);
 END
 $$;
 

@@ -28,6 +28,11 @@
  *	  The records come first, so an outbox that fails to purge does not
  *	  stop the records' purge (their batches are committed by then).
  *
+ *	  After each part (records, outbox) the round notes in the table
+ *	  idem_maintenance (0.6.0 on, when it is the extension's own) when it
+ *	  ran and what it removed, as idem_maintain() does, for the view
+ *	  idem_health; one short transaction of its own.
+ *
  *	  Settings: idempotency.purge_batch_size and purge_delay, defined here
  *	  (idem_purge_round_init, from module.c's _PG_init) and re-read on
  *	  SIGHUP between two batches.
@@ -49,6 +54,7 @@
 #include "pgstat.h"
 #include "postmaster/interrupt.h"
 #include "storage/latch.h"
+#include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/snapmgr.h"
 
@@ -91,6 +97,33 @@ static IdemQuery q_outbox_present = {
 static IdemQuery q_outbox_purge_call = {
 	"SELECT @extschema@.idem_outbox_purge($1)",
 	1, {INT4OID}
+};
+
+/*
+ * Whether the extension in schema $1 has the table idem_maintenance (0.6.0
+ * on) as a member: a table of that name that is not the extension's is
+ * never written by the worker.
+ */
+static IdemQuery q_maintenance_present = {
+	"SELECT EXISTS (SELECT FROM pg_catalog.pg_namespace n"
+	" JOIN pg_catalog.pg_depend d"
+	"   ON d.objid OPERATOR(pg_catalog.=) pg_catalog.to_regclass(pg_catalog.format("
+	"        '%I.idem_maintenance', n.nspname))::pg_catalog.oid"
+	" JOIN pg_catalog.pg_extension e ON e.oid OPERATOR(pg_catalog.=) d.refobjid"
+	" WHERE n.oid OPERATOR(pg_catalog.=) $1"
+	"   AND d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass"
+	"   AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass"
+	"   AND d.deptype OPERATOR(pg_catalog.=) 'e'"
+	"   AND e.extname OPERATOR(pg_catalog.=) 'idempotency')",
+	1, {OIDOID}
+};
+
+static IdemQuery q_note = {
+	"INSERT INTO @extschema@.idem_maintenance AS m (part, last_run, last_removed, run_by)"
+	" VALUES ($1, pg_catalog.clock_timestamp(), $2, 'background worker')"
+	" ON CONFLICT (part) DO UPDATE SET last_run = excluded.last_run,"
+	" last_removed = excluded.last_removed, run_by = excluded.run_by",
+	2, {TEXTOID, INT8OID}
 };
 
 /* Called from _PG_init: defines purge_batch_size and purge_delay. */
@@ -210,6 +243,42 @@ purge_batch(bool outbox, int batch, int64 *removed)
 }
 
 /*
+ * Note in idem_maintenance that a part of the round ran and removed total
+ * rows, in a transaction of its own; nothing when the extension has no
+ * such table (before 0.6.0).
+ */
+static void
+note_part(bool outbox, int64 total)
+{
+	Oid			nsp = InvalidOid;
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	idem_spi_connect();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	if (idem_query_exec(&q_extension_schema, PG_CATALOG_NAMESPACE,
+						NULL, NULL, true, 1) == 1)
+		nsp = DatumGetObjectId(spi_first_value(OIDOID, "extnamespace"));
+	if (OidIsValid(nsp))
+	{
+		Datum		values[2];
+
+		values[0] = ObjectIdGetDatum(nsp);
+		if (idem_query_exec(&q_maintenance_present, PG_CATALOG_NAMESPACE,
+							values, NULL, true, 1) == 1 &&
+			DatumGetBool(spi_first_value(BOOLOID, "the idem_maintenance lookup")))
+		{
+			values[0] = CStringGetTextDatum(outbox ? "outbox" : "records");
+			values[1] = Int64GetDatum(total);
+			(void) idem_query_exec(&q_note, nsp, values, NULL, false, 0);
+		}
+	}
+	SPI_finish();
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+}
+
+/*
  * Batches of idem_purge, or with outbox of idem_outbox_purge, until one
  * removes fewer than the batch size, idempotency.purge_delay apart; *total
  * and *batches count what ran.  Returns the last batch's PurgeBatch.
@@ -265,6 +334,7 @@ idem_purge_round(const char *dbname)
 
 	if (purge_phase(false, &total, &batches) == BATCH_NO_EXTENSION)
 		return false;
+	note_part(false, total);
 
 	if (total > 0)
 		ereport(LOG,
@@ -273,10 +343,14 @@ idem_purge_round(const char *dbname)
 							   batches, total, dbname, batches)));
 
 	/* The outbox (0.5.0 on): acknowledged messages past their retention. */
-	if (purge_phase(true, &total, &batches) == BATCH_DONE && total > 0)
-		ereport(LOG,
-				(errmsg_plural("idempotency purge: removed " INT64_FORMAT " outbox messages in database \"%s\" (%d transaction)",
-							   "idempotency purge: removed " INT64_FORMAT " outbox messages in database \"%s\" (%d transactions)",
-							   batches, total, dbname, batches)));
+	if (purge_phase(true, &total, &batches) == BATCH_DONE)
+	{
+		note_part(true, total);
+		if (total > 0)
+			ereport(LOG,
+					(errmsg_plural("idempotency purge: removed " INT64_FORMAT " outbox messages in database \"%s\" (%d transaction)",
+								   "idempotency purge: removed " INT64_FORMAT " outbox messages in database \"%s\" (%d transactions)",
+								   batches, total, dbname, batches)));
+	}
 	return true;
 }

@@ -58,6 +58,14 @@
  *	  a batch (which then rolls back).  Every wait is WaitLatch with
  *	  WL_EXIT_ON_PM_DEATH.
  *
+ *	  Misconfiguration: purge_databases set while the library is loaded
+ *	  after startup (not in shared_preload_libraries) starts no launcher;
+ *	  the load says so with a WARNING, in the server log and to the session,
+ *	  instead of leaving the records to pile up in silence.  The SQL
+ *	  function idem_purge_worker() tells a session whether a worker purges
+ *	  its database ('on', 'paused', 'off', 'not preloaded'); the view
+ *	  idem_health (sql/idempotency_stats.sql) builds on it.
+ *
  *	  Memory: the launcher allocates the database list and the worker
  *	  handles once in TopMemoryContext and everything per round in a
  *	  context reset after each; a round's allocations are per transaction.
@@ -74,6 +82,8 @@
 #include "catalog/pg_database.h"
 #include "catalog/pg_namespace.h"
 #include "catalog/pg_type.h"
+#include "commands/dbcommands.h"
+#include "fmgr.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "port/atomics.h"
@@ -84,6 +94,7 @@
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
 #include "tcop/tcopprot.h"
+#include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
@@ -95,6 +106,8 @@
 PGDLLEXPORT void idem_purge_launcher_main(Datum main_arg);
 PGDLLEXPORT void idem_purge_worker_main(Datum main_arg);
 
+PG_FUNCTION_INFO_V1(idem_purge_worker);
+
 #define LAUNCHER_TYPE	"idempotency purge launcher"
 #define WORKER_TYPE		"idempotency purge worker"
 #define LAUNCHER_RESTART_SECONDS 10
@@ -102,6 +115,9 @@ PGDLLEXPORT void idem_purge_worker_main(Datum main_arg);
 /* GUCs */
 static char *purge_databases = NULL;
 static int	purge_naptime = 60;		/* seconds; 0 = off */
+
+/* Whether the library was loaded by shared_preload_libraries. */
+static bool purge_preloaded = false;
 
 /* Shared memory: one slot per listed database, in list order. */
 typedef struct PurgeSlot
@@ -267,7 +283,47 @@ idem_worker_init(void)
 							   NULL);
 
 	if (process_shared_preload_libraries_in_progress)
+	{
+		purge_preloaded = true;
 		register_launcher();
+	}
+	else if (purge_databases != NULL && purge_databases[0] != '\0')
+		ereport(WARNING,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("idempotency.purge_databases is set, but idempotency is not in shared_preload_libraries: no background purge runs"),
+				 errdetail("The purge worker starts only with the library loaded at server start; until then expired records and outbox messages are not removed."),
+				 errhint("Add idempotency to shared_preload_libraries and restart the server, or schedule SELECT idem_maintain() (with pg_cron); the view idem_health shows what purges each database.")));
+}
+
+/*
+ * idem_purge_worker(): whether a background worker purges the current
+ * database: 'on' (preloaded, listed in purge_databases, purge_naptime
+ * above 0), 'paused' (listed, naptime 0), 'off' (preloaded, not listed)
+ * or 'not preloaded' (the library was loaded after startup: no worker
+ * runs, whatever purge_databases says).  A list changed since startup
+ * counts only after a restart, as for the launcher.
+ */
+Datum
+idem_purge_worker(PG_FUNCTION_ARGS)
+{
+	const char *state = "off";
+
+	if (!purge_preloaded)
+		state = "not preloaded";
+	else if (purge_shared != NULL)
+	{
+		char	   *dbname = get_database_name(MyDatabaseId);
+		bool		ok;
+		List	   *names = database_list(purge_databases, &ok);
+		ListCell   *lc;
+
+		foreach(lc, names)
+		{
+			if (dbname != NULL && strcmp((char *) lfirst(lc), dbname) == 0)
+				state = purge_naptime > 0 ? "on" : "paused";
+		}
+	}
+	PG_RETURN_TEXT_P(cstring_to_text(state));
 }
 
 /*

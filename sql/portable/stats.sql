@@ -28,3 +28,11 @@ BEGIN
               HINT = 'Read the idem_summary view for what the records table shows; the counters need the C edition.';
 END
 $$;
+
+-- The portable edition has no background worker (it needs a library in
+-- shared_preload_libraries): idem_health tells what to schedule instead.
+-- portable: idem_purge_worker
+LANGUAGE sql
+AS $$
+SELECT 'portable'::pg_catalog.text
+$$;

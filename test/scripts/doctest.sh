@@ -31,6 +31,12 @@
 #                              for that page (it is restarted with the
 #                              preload before the page, and without it
 #                              before the next page that has no marker).
+#   <!-- doctest: managed ROLE[@DB] [tle|plain] -->
+#                              on the line before a ```sql block (and its
+#                              ```text output): not run with the page, but
+#                              by the managed step (below), as ROLE (admin:
+#                              the provider's administrator) in database DB
+#                              (default app), on both paths or the one named.
 #   <!-- doctest: setup        hidden SQL, run at that point of the page
 #   ...                        (output not compared, errors fail).
 #   -->
@@ -40,6 +46,16 @@
 # outside code must name a file or directory of the checkout and, for a .md
 # file, a heading of it (GitHub's anchors: lower case, punctuation dropped,
 # spaces to '-', a repeated heading gets -1, -2, ...).
+#
+# The managed step (when docs/managed.md is among the pages): the page's
+# quickstart as a user of a managed service runs it, on both paths: a
+# fresh cluster from a copy of the installation without the C edition,
+# pg_tle (and pg_cron, when installed) preloaded; the portable files built
+# by `make portable tle` from a copy of the checkout; per path (tle: pg_tle
+# registered and created by a pgtle_admin role; plain: the plain script),
+# the install commands the page shows (checked to be on the page), then
+# every `doctest: managed` block as its role, its output compared.  A path
+# whose prerequisite is missing (pg_tle not installed) is reported skipped.
 #
 # On a full run, first checks itself on a page with four mistakes ("docs
 # (self-test) ... ok").  Prints one line per page, "docs <page> ... ok" or
@@ -129,7 +145,7 @@ extract() {
     awk -v out="$2" '
     function fname(n, ext) { return sprintf("%s/%03d.%s", out, n, ext) }
     function err(msg) { print FILENAME ":" FNR ": " msg > (out "/errors") }
-    BEGIN { n = 0; infence = 0; skip = 0; insetup = 0; last = 0; blank_since = 0 }
+    BEGIN { n = 0; m = 0; infence = 0; skip = 0; managed = ""; insetup = 0; last = 0; blank_since = 0 }
     {
         line = $0
         if (insetup) {
@@ -140,7 +156,9 @@ extract() {
             if (line ~ /^[ \t]*```[ \t]*$/) {
                 infence = 0
                 if (cur != "") close(cur)
-                if (mode == "sql") { last = n; blank_since = 1 } else { last = 0 }
+                if (mode == "sql") { last = n; blank_since = 1 }
+                else if (mode == "managed") { last = -m; blank_since = 1 }
+                else { last = 0 }
                 cur = ""; next
             }
             if (cur != "") print line > cur
@@ -151,6 +169,13 @@ extract() {
             infence = 1; cur = ""; mode = "other"
             if (lang == "sql") {
                 if (skip) { print FNR > (out "/skipped"); skip = 0; mode = "skipped" }
+                else if (managed != "") {
+                    m++; mode = "managed"; cur = sprintf("%s/managed-%03d.sql", out, m)
+                    printf "" > cur
+                    print managed " " FNR > sprintf("%s/managed-%03d.kind", out, m)
+                    close(sprintf("%s/managed-%03d.kind", out, m))
+                    managed = ""
+                }
                 else {
                     n++; mode = "sql"; cur = fname(n, "sql")
                     printf "" > cur
@@ -158,8 +183,12 @@ extract() {
                 }
             } else {
                 if (skip) { err("doctest: skip before a block that is not ```sql"); skip = 0 }
+                if (managed != "") { err("doctest: managed before a block that is not ```sql"); managed = "" }
                 if ((lang == "text" || lang == "output") && last > 0 && blank_since) {
                     mode = "expected"; cur = fname(last, "expected"); printf "" > cur
+                }
+                if ((lang == "text" || lang == "output") && last < 0 && blank_since) {
+                    mode = "expected"; cur = sprintf("%s/managed-%03d.expected", out, -last); printf "" > cur
                 }
             }
             last = 0
@@ -169,6 +198,10 @@ extract() {
         last = 0
         if (line ~ /^<!-- *doctest: *skip( *\([^)]*\))? *-->[ \t]*$/) { skip = 1; next }
         if (skip) { err("doctest: skip not followed by a ```sql block"); skip = 0 }
+        if (line ~ /^<!-- *doctest: *managed +[a-z_@]+( +(tle|plain))? *-->[ \t]*$/) {
+            managed = line; sub(/^<!-- *doctest: *managed +/, "", managed); sub(/ *-->.*$/, "", managed); next
+        }
+        if (managed != "") { err("doctest: managed not followed by a ```sql block"); managed = "" }
         if (line ~ /^<!-- *doctest: *preload *-->[ \t]*$/) { printf "" > (out "/preload"); next }
         if (line ~ /^<!-- *doctest: *setup/) {
             n++; cur = fname(n, "sql"); printf "" > cur
@@ -420,6 +453,114 @@ for page in "${pages[@]}"; do
     [ -f "$page" ] || { printf 'docs %-28s ... FAILED\n    no such page\n' "$page"; failed_pages=$((failed_pages + 1)); continue; }
     run_page "$page"
 done
+
+# --- the managed step --------------------------------------------------------
+# See the header.  MG_PAGE's install commands, as the step runs them (each
+# must be on the page, word for word).
+MG_PAGE=docs/managed.md
+MG_TLE_CMDS=("psql -d app -v ON_ERROR_STOP=1 -f build/tle/idempotency--pgtle.sql")
+MG_PLAIN_CMDS=("PGOPTIONS='-c idempotency.install_schema=idem' psql -d app -v ON_ERROR_STOP=1 -f build/portable/idempotency-portable--VERSION.sql")
+managed_blocks=0
+
+# mg_block DIR N PATH PROBLEMS: run managed block N as its role, compare.
+mg_block() {
+    local dir=$1 n=$2 path=$3 problems=$4 spec line role db only user out
+    read -r spec only line <<<"$(sed -E 's/^([^ ]+) (tle|plain)? ?([0-9]+)$/\1 \2 \3/' "$dir/managed-$n.kind")"
+    [ -n "$line" ] || { line=$only; only=; }
+    [ -z "$only" ] || [ "$only" = "$path" ] || return 0
+    role=${spec%@*}; db=app
+    case $spec in *@*) db=${spec#*@} ;; esac
+    user=$role; [ "$role" = admin ] && user=postgres
+    out=$dir/managed-$n.$path.out
+    { echo '\set QUIET off'; cat "$dir/managed-$n.sql"; } \
+        | idem_psql -U "$user" -d "$db" -v ON_ERROR_STOP=0 >"$out" 2>&1
+    managed_blocks=$((managed_blocks + 1))
+    normalise <"$out" >"$out.got"
+    if [ -f "$dir/managed-$n.expected" ]; then
+        normalise <"$dir/managed-$n.expected" >"$dir/managed-$n.want"
+        cmp -s "$dir/managed-$n.want" "$out.got" || {
+            echo "$MG_PAGE:$line ($path, as $role): the output differs from the one shown (--- shown, +++ psql):"
+            diff -u --label shown --label psql "$dir/managed-$n.want" "$out.got" | tail -n +3
+        } >>"$problems"
+    elif grep -qE "$error_re" "$out.got"; then
+        { echo "$MG_PAGE:$line ($path, as $role): the block failed:"; sed -E 's/^/    /' "$out"; } >>"$problems"
+    fi
+}
+
+managed_step() {
+    local dir=$DT_WORK/managed-step problems c path n v libdir sharedir bindir
+    local preload=pg_tle have_tle=1 have_cron=0 paths=() first_owner
+    mkdir -p "$dir"; problems=$dir/problems; : >"$problems"
+    extract "$MG_PAGE" "$dir"
+    v=$(sed -n "s/^default_version *= *'\([^']*\)'.*/\1/p" "$IDEM_TOP/idempotency.control")
+    for c in "${MG_TLE_CMDS[@]}" "${MG_PLAIN_CMDS[@]}"; do
+        grep -qF -- "${c//VERSION/$v}" "$MG_PAGE" || echo "$MG_PAGE: the command '${c//VERSION/$v}' that the managed step runs is not on the page" >>"$problems"
+    done
+    # The files, from a copy of the checkout, without pg_config.
+    mkdir -p "$dir/clone"
+    (cd "$IDEM_TOP" && tar --exclude=.git --exclude=./build --exclude='*.o' --exclude='*.so' --exclude='*.bc' \
+        --exclude=./results --exclude=./tmp_check --exclude=node_modules -cf - .) | tar -C "$dir/clone" -xf -
+    make -C "$dir/clone" -s PG_CONFIG=/nonexistent portable tle >"$dir/build.log" 2>&1 \
+        || { echo "make portable tle failed:"; cat "$dir/build.log"; } >>"$problems"
+    # An installation without the C edition: pg_tle refuses an extension
+    # whose control file is installed, and the plain script must not lean
+    # on it either.
+    bindir=$("$IDEM_PG_CONFIG" --bindir); libdir=$("$IDEM_PG_CONFIG" --pkglibdir); sharedir=$("$IDEM_PG_CONFIG" --sharedir)
+    for d in "$bindir" "$libdir" "$sharedir"; do
+        mkdir -p "$dir/pg$(dirname "$d")"
+        [ -d "$dir/pg$d" ] || cp -a "$d" "$dir/pg$(dirname "$d")/"
+    done
+    rm -rf "$dir/pg$libdir"/idempotency.so "$dir/pg$libdir"/bitcode/idempotency* "$dir/pg$sharedir"/extension/idempotency*
+    [ -f "$sharedir/extension/pg_tle.control" ] || { have_tle=0; preload=; }
+    if [ -f "$sharedir/extension/pg_cron.control" ]; then
+        have_cron=1; preload=${preload:+$preload, }pg_cron
+    fi
+    [ "$(id -u)" -ne 0 ] || chown -R postgres: "$dir"
+    paths=(plain); [ "$have_tle" = 1 ] && paths=(tle plain)
+    first_owner=$(cd "$dir" && grep -l '^app_owner' managed-*.kind 2>/dev/null | head -n 1 | sed -E 's/managed-([0-9]+)\.kind/\1/')
+    [ -n "$first_owner" ] || echo "$MG_PAGE: no doctest: managed app_owner block" >>"$problems"
+    idem_cluster_stop
+    for path in "${paths[@]}"; do
+        (
+            IDEM_BINDIR=$dir/pg$bindir
+            idem_cluster_start "$dir/cluster-$path" "shared_preload_libraries = '$preload'" \
+                "cron.database_name = 'app'"
+            mg_ok=1
+            # What the provider's administrator did before the page starts:
+            # the roles and the database (the page's admin blocks say so).
+            for n in $(cd "$dir" && ls managed-*.sql 2>/dev/null | sed -E 's/managed-([0-9]+)\.sql/\1/'); do
+                if [ "$n" = "$first_owner" ]; then
+                    # Before the owner's first block: the install, per path.
+                    if [ "$path" = tle ]; then
+                        (cd "$dir/clone" && idem_psql -U app_owner -d app -f build/tle/idempotency--pgtle.sql) >"$dir/install-$path.log" 2>&1 || mg_ok=0
+                    else
+                        (cd "$dir/clone" && idem_as_pg env PGOPTIONS='-c idempotency.install_schema=idem' \
+                            psql -X -q -h "$IDEM_PGHOST" -p "$IDEM_PGPORT" -U app_owner -d app -v ON_ERROR_STOP=1 \
+                            -f "build/portable/idempotency-portable--$v.sql") >"$dir/install-$path.log" 2>&1 || mg_ok=0
+                    fi
+                    [ "$mg_ok" = 1 ] || { echo "the $path install as app_owner failed:"; cat "$dir/install-$path.log"; } >>"$problems"
+                fi
+                if [ "$have_cron" = 0 ] && grep -q 'cron\.' "$dir/managed-$n.sql"; then
+                    echo "skip $n" >>"$dir/skipped-cron"; continue
+                fi
+                mg_block "$dir" "$n" "$path" "$problems"
+            done
+            echo "$managed_blocks" >"$dir/count-$path"
+            idem_cluster_stop
+        )
+    done
+    n=0; for path in "${paths[@]}"; do n=$((n + $(cat "$dir/count-$path" 2>/dev/null || echo 0))); done
+    if [ -s "$problems" ]; then
+        printf 'docs %-28s ... FAILED\n' "(managed quickstart)"
+        sed 's/^/    /' "$problems"
+        failed_pages=$((failed_pages + 1))
+    else
+        printf 'docs %-28s ... ok   (%d blocks run as their roles on %s%s%s)\n' "(managed quickstart)" "$n" \
+            "${paths[*]}" "$([ "$have_tle" = 1 ] || echo '; tle skipped: pg_tle is not installed')" \
+            "$([ "$have_cron" = 1 ] || echo '; the pg_cron blocks skipped: pg_cron is not installed')"
+    fi
+}
+case " ${pages[*]} " in *" $MG_PAGE "*) managed_step ;; esac
 
 echo "docs: $total_run sql blocks run ($total_shown with their output compared), $total_skipped marked skip, $total_setup hidden setup blocks, in ${#pages[@]} pages"
 [ "$failed_pages" -eq 0 ]

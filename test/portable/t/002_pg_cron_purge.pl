@@ -1,6 +1,6 @@
 # The background purge of the portable edition (issue 22, docs/managed.md
 # "Purging with pg_cron"): the C edition's purge worker needs a preloaded
-# library, so the portable edition schedules idem_purge() with pg_cron.
+# library, so the portable edition schedules idem_maintain() with pg_cron.
 # A server with pg_cron preloaded (cron.database_name = app); the portable
 # edition installed by the databases' owner, who is no superuser: in app
 # through pg_tle when the installation has it (else the plain script), in
@@ -32,9 +32,9 @@ plan skip_all => 'needs pg_cron (postgresql-NN-cron; test/scripts/portable.sh in
 
 # The job (the purge as its schedule runs it) and the schedules, as
 # docs/managed.md writes them.
-my $command = 'SELECT idem.idem_purge()';
-my $schedule = q{SELECT cron.schedule('idempotency-purge', '* * * * *', 'SELECT idem.idem_purge()')};
-my $schedule_other = q{SELECT cron.schedule_in_database('idempotency-purge-other', '* * * * *', 'SELECT idem.idem_purge()', 'other')};
+my $command = 'SELECT idem.idem_maintain()';
+my $schedule = q{SELECT cron.schedule('idempotency-maintain', '* * * * *', 'SELECT idem.idem_maintain()')};
+my $schedule_other = q{SELECT cron.schedule_in_database('idempotency-maintain-other', '* * * * *', 'SELECT idem.idem_maintain()', 'other')};
 
 my $node = PostgreSQL::Test::Cluster->new('cron', install_path => $install);
 $node->init;
@@ -93,7 +93,7 @@ like($jobid{app}, qr/^\d+$/, 'cron.schedule as the extension\'s owner (no superu
 $jobid{other} = $node->safe_psql('app', $schedule_other, @as_admin);
 like($jobid{other}, qr/^\d+$/, 'cron.schedule_in_database for another database, as its owner');
 is($node->safe_psql('app', "SELECT string_agg(username || ' ' || database || ' ' || command, ', ' ORDER BY jobid) FROM cron.job"),
-	"admin app $command, admin other $command", 'the jobs run idem_purge() as the owner in each database');
+	"admin app $command, admin other $command", 'the jobs run idem_maintain() as the owner in each database');
 
 # Wait for the purges: a job every minute; 150 s at most.
 my %left;
@@ -104,7 +104,7 @@ while (time < $deadline) {
 	usleep(2_000_000);
 }
 for my $db (qw(app other)) {
-	is($left{$db}, '0 10', "$db: pg_cron ran idem_purge(): the expired records are gone, the live ones stay");
+	is($left{$db}, '0 10', "$db: pg_cron ran idem_maintain(): the expired records are gone, the live ones stay");
 	is($node->safe_psql('app', qq{
 		SELECT pg_catalog.count(*) > 0 FROM cron.job_run_details
 		 WHERE jobid = $jobid{$db} AND status = 'succeeded' AND command = '$command'}),
@@ -113,7 +113,7 @@ for my $db (qw(app other)) {
 		SELECT idem.idem_claim('cron', 'live-1'), idem.idem_claim('cron', 'old-1')}, @as_admin),
 		'f|t', "$db: a live key is still a duplicate; a purged one is new again");
 }
-is($node->safe_psql('app', q{SELECT cron.unschedule('idempotency-purge') AND cron.unschedule('idempotency-purge-other')}, @as_admin),
+is($node->safe_psql('app', q{SELECT cron.unschedule('idempotency-maintain') AND cron.unschedule('idempotency-maintain-other')}, @as_admin),
 	't', 'cron.unschedule by name');
 
 $node->stop;

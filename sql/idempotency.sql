@@ -105,6 +105,10 @@ CREATE TABLE @extschema@.idem_records (
     token        pg_catalog.int8,
     attempts     pg_catalog.int4 NOT NULL DEFAULT 0,
     lease        pg_catalog.interval,
+    owner_pid    pg_catalog.int4,
+    owner_start  pg_catalog.timestamptz,
+    effect_started_at pg_catalog.timestamptz,
+    effect_unknown_attempt pg_catalog.int4,
     CONSTRAINT idem_records_pkey PRIMARY KEY (scope, key),
     CONSTRAINT idem_records_status_check CHECK (@extschema@.idem_status_is_valid(status))
 );
@@ -143,7 +147,11 @@ CREATE TYPE @extschema@.idem_record AS (
     expires_at   pg_catalog.timestamptz,
     locked_until pg_catalog.timestamptz,
     token        pg_catalog.int8,
-    attempts     pg_catalog.int4
+    attempts     pg_catalog.int4,
+    owner_pid    pg_catalog.int4,
+    owner_start  pg_catalog.timestamptz,
+    effect_started_at pg_catalog.timestamptz,
+    effect_unknown_attempt pg_catalog.int4
 );
 
 COMMENT ON TYPE @extschema@.idem_record IS

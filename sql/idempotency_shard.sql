@@ -70,15 +70,30 @@ CREATE FUNCTION @extschema@.idem_begin_at(
     lease pg_catalog.interval DEFAULT '5 minutes',
     ttl pg_catalog.interval DEFAULT NULL,
     fingerprint pg_catalog.text DEFAULT NULL,
+    bind_to_session pg_catalog.bool DEFAULT false,
     OUT outcome pg_catalog.text,
     OUT token pg_catalog.int8,
-    OUT result pg_catalog.jsonb)
+    OUT result pg_catalog.jsonb,
+    OUT attempt pg_catalog.int4,
+    OUT effect_unknown pg_catalog.bool)
 RETURNS record
 AS 'MODULE_PATHNAME', 'idem_begin_at'
 LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
 
-COMMENT ON FUNCTION @extschema@.idem_begin_at("any", pg_catalog.text, pg_catalog.text, pg_catalog.interval, pg_catalog.interval, pg_catalog.text) IS
+COMMENT ON FUNCTION @extschema@.idem_begin_at("any", pg_catalog.text, pg_catalog.text, pg_catalog.interval, pg_catalog.interval, pg_catalog.text, pg_catalog.bool) IS
     'idem_begin for idem_records distributed by shard_key (idem_distribute(shard_key => type)): shard_key is the distribution value of the row the key protects';
+
+CREATE FUNCTION @extschema@.idem_effect_started_at(
+    shard_key "any",
+    scope pg_catalog.text,
+    key pg_catalog.text,
+    token pg_catalog.int8)
+RETURNS pg_catalog.timestamptz
+AS 'MODULE_PATHNAME', 'idem_effect_started_at'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.idem_effect_started_at("any", pg_catalog.text, pg_catalog.text, pg_catalog.int8) IS
+    'idem_effect_started for idem_records distributed by shard_key (idem_distribute(shard_key => type)): shard_key is the distribution value of the row the key protects';
 
 CREATE FUNCTION @extschema@.idem_heartbeat_at(
     shard_key "any",

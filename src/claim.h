@@ -149,7 +149,7 @@ extern bool idem_records_citus(Oid nsp);
 #define IDEM_COL_EXPIRES_AT		8
 #define IDEM_COL_LOCKED_UNTIL	9
 #define IDEM_COL_ATTEMPTS		11
-#define IDEM_NCOLUMNS			12
+#define IDEM_NCOLUMNS			16
 
 extern bool idem_records_shape_ok(Relation rel);
 extern bool idem_records_constraints_hold(Relation rel, Oid nsp, const bool *nulls);

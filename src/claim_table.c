@@ -50,6 +50,10 @@ static const struct
 	{"token", INT8OID},
 	{"attempts", INT4OID},
 	{"lease", INTERVALOID},
+	{"owner_pid", INT4OID},
+	{"owner_start", TIMESTAMPTZOID},
+	{"effect_started_at", TIMESTAMPTZOID},
+	{"effect_unknown_attempt", INT4OID},
 };
 
 StaticAssertDecl(lengthof(record_columns) == IDEM_NCOLUMNS, "record_columns and IDEM_NCOLUMNS differ");

@@ -253,4 +253,21 @@ idem_exec_init_range_table(EState *estate, RangeTblEntry *rte, AclMode perms,
 	return true;
 }
 
+/*
+ * The backend status of the idx-th backend (1-based) of this backend's
+ * snapshot of them (pgstat_read_current_status): 16 renamed
+ * pgstat_fetch_stat_local_beentry to pgstat_get_local_beentry_by_index.
+ */
+#include "utils/backend_status.h"
+
+static inline LocalPgBackendStatus *
+idem_local_beentry(int idx)
+{
+#if PG_VERSION_NUM >= 160000
+	return pgstat_get_local_beentry_by_index(idx);
+#else
+	return pgstat_fetch_stat_local_beentry(idx);
+#endif
+}
+
 #endif							/* IDEM_COMPAT_H */

@@ -63,6 +63,13 @@ extern void idem_query_init(void);
 extern void idem_relcache_init(void);
 extern void idem_shard_init(void);
 
+/*
+ * lease_await.c: is the session of backend pid, started then, still
+ * there?  Has idem_records of a schema the columns of 0.6.0?
+ */
+extern bool idem_session_alive(int32 pid, TimestampTz started);
+extern bool idem_records_current(Oid nsp);
+
 /* args.c: the argument checks every SQL-callable function shares. */
 extern text *idem_arg_scope(FunctionCallInfo fcinfo, int argno, const char *fname);
 extern text *idem_arg_key(FunctionCallInfo fcinfo, int argno, const char *fname);
@@ -94,7 +101,7 @@ extern void idem_relcache_subscribe(IdemRelcacheForget forget);
  * may use "@extschema@", replaced by the quoted name of the schema the
  * calling function lives in.
  */
-#define IDEM_MAX_ARGS 8
+#define IDEM_MAX_ARGS 12
 
 typedef struct IdemQuery
 {

@@ -67,6 +67,19 @@ static IdemQuery q_status = {
 static IdemQuery q_lookup = {
 	"SELECT ROW(r.scope, r.key, r.status, r.fingerprint, r.result,"
 	"           r.created_at, r.updated_at, r.expires_at,"
+	"           r.locked_until, r.token, r.attempts, r.owner_pid, r.owner_start,"
+	"           r.effect_started_at, r.effect_unknown_attempt)::@extschema@.idem_record"
+	" FROM @extschema@.idem_records r"
+	" WHERE r.scope OPERATOR(pg_catalog.=) $1 AND r.key OPERATOR(pg_catalog.=) $2"
+	" AND r.expires_at OPERATOR(pg_catalog.>) $3",
+	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID},
+	IDEM_REWRITTEN_PER_SHARD
+};
+
+/* The same on a catalog not yet updated to 0.6.0 (idem_records_current). */
+static IdemQuery q_lookup_legacy = {
+	"SELECT ROW(r.scope, r.key, r.status, r.fingerprint, r.result,"
+	"           r.created_at, r.updated_at, r.expires_at,"
 	"           r.locked_until, r.token, r.attempts)::@extschema@.idem_record"
 	" FROM @extschema@.idem_records r"
 	" WHERE r.scope OPERATOR(pg_catalog.=) $1 AND r.key OPERATOR(pg_catalog.=) $2"
@@ -251,7 +264,8 @@ idem_lookup(PG_FUNCTION_ARGS)
 
 	idem_spi_connect();
 
-	if (idem_query_exec(&q_lookup, nsp, values, NULL, true, 1) == 1)
+	if (idem_query_exec(idem_records_current(nsp) ? &q_lookup : &q_lookup_legacy,
+						nsp, values, NULL, true, 1) == 1)
 	{
 		/* ROW(...)::idem_record: the statement fixes its type. */
 		result = idem_spi_read(SPI_tuptable, 0, 1, InvalidOid, NULL, &isnull);

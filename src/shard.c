@@ -147,7 +147,8 @@ shard_convert(FunctionCallInfo fcinfo, Oid coltype, const char *fname)
 static const char *const shard_twins =
 "idem_claim_at, idem_claim_many_at, idem_complete_at, idem_lookup_at, "
 "idem_release_at, idem_begin_at, idem_heartbeat_at, idem_finish_at, "
-"idem_fail_at, idem_await_at, idem_token_issue_at, idem_token_consume_at";
+"idem_fail_at, idem_await_at, idem_effect_started_at, idem_token_issue_at, "
+"idem_token_consume_at";
 
 /*
  * "twin(arg, ...)": the function twin of schema nsp with the names of its

@@ -26,6 +26,14 @@ DECLARE
     rec_expires pg_catalog.timestamptz;
     rec_locked pg_catalog.timestamptz;
     rec_result pg_catalog.jsonb;
+    -- A bound lease's owner session (pid, backend start), and one found gone.
+    own_pid pg_catalog.int4;
+    own_start pg_catalog.timestamptz;
+    rec_owner_pid pg_catalog.int4;
+    rec_owner_start pg_catalog.timestamptz;
+    seen_start pg_catalog.timestamptz;
+    gone_pid pg_catalog.int4;
+    gone_start pg_catalog.timestamptz;
 BEGIN
     IF scope IS NULL THEN
         RAISE EXCEPTION 'idem_begin: scope must not be null'
@@ -50,6 +58,9 @@ BEGIN
     END IF;
     IF lease IS NULL THEN
         RAISE EXCEPTION 'idem_begin: lease must not be null' USING ERRCODE = '22004';
+    END IF;
+    IF bind_to_session IS NULL THEN
+        RAISE EXCEPTION 'idem_begin: bind_to_session must not be null' USING ERRCODE = '22004';
     END IF;
     IF pg_catalog.current_setting('transaction_read_only') OPERATOR(pg_catalog.=) 'on' THEN
         RAISE EXCEPTION 'cannot execute idem_begin() in a read-only transaction' USING ERRCODE = '25006';
@@ -80,6 +91,13 @@ BEGIN
     IF fingerprint IS NOT NULL THEN
         fp := pg_catalog.sha256(pg_catalog.convert_to(fingerprint, pg_catalog.getdatabaseencoding()));
     END IF;
+    -- Bound: this session's pid and start (its own row of
+    -- pg_stat_activity is always visible to it).
+    IF bind_to_session THEN
+        own_pid := pg_catalog.pg_backend_pid();
+        SELECT a.backend_start INTO own_start
+          FROM pg_catalog.pg_stat_get_activity(own_pid) AS a;
+    END IF;
 
     LOOP
         rounds := rounds OPERATOR(pg_catalog.+) 1;
@@ -98,18 +116,22 @@ BEGIN
 
         INSERT INTO @extschema@.idem_records AS r
             (scope, key, status, fingerprint, created_at, updated_at, expires_at,
-             locked_until, token, attempts, lease)
+             locked_until, token, attempts, lease, owner_pid, owner_start)
         VALUES (idem_begin.scope, idem_begin.key, 'in_progress', fp, now_, now_, expires, locked,
-                pg_catalog.nextval('@extschema@.idem_token_seq'::pg_catalog.regclass), 1, idem_begin.lease)
+                pg_catalog.nextval('@extschema@.idem_token_seq'::pg_catalog.regclass), 1, idem_begin.lease,
+                own_pid, own_start)
         ON CONFLICT ON CONSTRAINT idem_records_pkey DO NOTHING
-        RETURNING r.token INTO idem_begin.token;
+        RETURNING r.token, r.attempts, false
+             INTO idem_begin.token, idem_begin.attempt, idem_begin.effect_unknown;
         IF FOUND THEN
             outcome := 'acquired';
             RETURN;
         END IF;
 
-        SELECT r.status, r.fingerprint, r.created_at, r.expires_at, r.locked_until, r.result
-          INTO rec_status, rec_fp, rec_created, rec_expires, rec_locked, rec_result
+        SELECT r.status, r.fingerprint, r.created_at, r.expires_at, r.locked_until, r.result,
+               r.owner_pid, r.owner_start
+          INTO rec_status, rec_fp, rec_created, rec_expires, rec_locked, rec_result,
+               rec_owner_pid, rec_owner_start
           FROM @extschema@.idem_records AS r
          WHERE r.scope OPERATOR(pg_catalog.=) (idem_begin.scope COLLATE pg_catalog."C")
            AND r.key OPERATOR(pg_catalog.=) (idem_begin.key COLLATE pg_catalog."C");
@@ -131,7 +153,26 @@ BEGIN
                           DETAIL = pg_catalog.format('Key "%s" in scope "%s" was first claimed at %s with a different fingerprint.', key, scope, rec_created),
                           HINT = 'Use a new key for a different request, or send the same request again.';
             END IF;
-            IF rec_status OPERATOR(pg_catalog.<>) 'retryable'
+            -- A live lease bound to a session that is gone (src/lease_await.c,
+            -- idem_session_alive): gone when no backend has its pid, or one
+            -- with another start has it.  A start this role may not see
+            -- (another role's session, without pg_read_all_stats) proves
+            -- nothing: the lease's time rules then.
+            gone_pid := NULL;
+            gone_start := NULL;
+            IF rec_status OPERATOR(pg_catalog.=) 'in_progress' AND rec_owner_pid IS NOT NULL
+               AND rec_owner_start IS NOT NULL
+               AND NOT (rec_owner_pid OPERATOR(pg_catalog.=) own_pid
+                        AND rec_owner_start OPERATOR(pg_catalog.=) own_start) THEN
+                PERFORM pg_catalog.pg_stat_clear_snapshot();
+                SELECT a.backend_start INTO seen_start
+                  FROM pg_catalog.pg_stat_get_activity(rec_owner_pid) AS a;
+                IF NOT FOUND OR seen_start OPERATOR(pg_catalog.<>) rec_owner_start THEN
+                    gone_pid := rec_owner_pid;
+                    gone_start := rec_owner_start;
+                END IF;
+            END IF;
+            IF rec_status OPERATOR(pg_catalog.<>) 'retryable' AND gone_pid IS NULL
                AND NOT (rec_status OPERATOR(pg_catalog.=) 'in_progress'
                         AND rec_locked IS NOT NULL AND rec_locked OPERATOR(pg_catalog.<=) now_) THEN
                 setting := pg_catalog.current_setting('idempotency.log_duplicates', true);
@@ -163,14 +204,23 @@ BEGIN
                expires_at = CASE WHEN r.expires_at OPERATOR(pg_catalog.<=) now_ THEN expires
                             ELSE r.expires_at END,
                fingerprint = CASE WHEN r.expires_at OPERATOR(pg_catalog.<=) now_ THEN fp
-                             ELSE COALESCE(r.fingerprint, fp) END
+                             ELSE COALESCE(r.fingerprint, fp) END,
+               effect_unknown_attempt = CASE WHEN r.expires_at OPERATOR(pg_catalog.<=) now_ THEN NULL
+                                        WHEN r.status OPERATOR(pg_catalog.=) 'in_progress'
+                                         AND r.effect_started_at IS NOT NULL THEN r.attempts
+                                        ELSE r.effect_unknown_attempt END,
+               effect_started_at = NULL, owner_pid = own_pid, owner_start = own_start
          WHERE r.scope OPERATOR(pg_catalog.=) (idem_begin.scope COLLATE pg_catalog."C")
            AND r.key OPERATOR(pg_catalog.=) (idem_begin.key COLLATE pg_catalog."C")
            AND (r.expires_at OPERATOR(pg_catalog.<=) now_
                 OR r.status OPERATOR(pg_catalog.=) 'retryable'
                 OR (r.status OPERATOR(pg_catalog.=) 'in_progress'
-                    AND r.locked_until OPERATOR(pg_catalog.<=) now_))
-        RETURNING r.token INTO idem_begin.token;
+                    AND r.locked_until OPERATOR(pg_catalog.<=) now_)
+                OR (r.status OPERATOR(pg_catalog.=) 'in_progress'
+                    AND r.owner_pid OPERATOR(pg_catalog.=) gone_pid
+                    AND r.owner_start OPERATOR(pg_catalog.=) gone_start))
+        RETURNING r.token, r.attempts, r.effect_unknown_attempt IS NOT NULL
+             INTO idem_begin.token, idem_begin.attempt, idem_begin.effect_unknown;
         IF FOUND THEN
             outcome := 'acquired';
             RETURN;
@@ -281,6 +331,103 @@ BEGIN
         why := pg_catalog.format('Key "%s" in scope "%s" is no longer in progress: its status is "%s".', key, scope, rec_status);
     END IF;
     RAISE EXCEPTION 'idem_heartbeat: lease lost'
+        USING ERRCODE = 'ID003', DETAIL = why,
+              HINT = 'Another worker took the key over after the lease ran out, or the work was already finished; do not apply this worker''s result.';
+END
+$$;
+
+-- idem_effect_started (src/lease.c): the token-checked UPDATE of
+-- idem_finish, stamping the attempt's mark; a bound lease only from its
+-- own session.
+-- portable: idem_effect_started
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    now_ pg_catalog.timestamptz;
+    mark pg_catalog.timestamptz;
+    rec_owner_pid pg_catalog.int4;
+    rec_owner_start pg_catalog.timestamptz;
+    own_start pg_catalog.timestamptz;
+    rec_status pg_catalog.text;
+    rec_token pg_catalog.int8;
+    rec_live pg_catalog.bool;
+    rec_no_lease pg_catalog.bool;
+    why pg_catalog.text;
+BEGIN
+    IF scope IS NULL THEN
+        RAISE EXCEPTION 'idem_effect_started: scope must not be null'
+            USING ERRCODE = '22004', HINT = 'Use the empty string for the default scope.';
+    END IF;
+    IF pg_catalog.octet_length(scope) OPERATOR(pg_catalog.>) 128 THEN
+        RAISE EXCEPTION 'idem_effect_started: scope is too long'
+            USING ERRCODE = '22001',
+                  DETAIL = pg_catalog.format('The scope is %s bytes; the limit is 128 bytes.', pg_catalog.octet_length(scope));
+    END IF;
+    IF key IS NULL THEN
+        RAISE EXCEPTION 'idem_effect_started: key must not be null' USING ERRCODE = '22004';
+    END IF;
+    IF pg_catalog.octet_length(key) OPERATOR(pg_catalog.=) 0 THEN
+        RAISE EXCEPTION 'idem_effect_started: key must not be empty' USING ERRCODE = '22023';
+    END IF;
+    IF pg_catalog.octet_length(key) OPERATOR(pg_catalog.>) 1024 THEN
+        RAISE EXCEPTION 'idem_effect_started: key is too long'
+            USING ERRCODE = '22001',
+                  DETAIL = pg_catalog.format('The key is %s bytes; the limit is 1024 bytes.', pg_catalog.octet_length(key)),
+                  HINT = 'Hash long natural keys, for example with sha256(), and use the digest as the key.';
+    END IF;
+    IF token IS NULL THEN
+        RAISE EXCEPTION 'idem_effect_started: token must not be null'
+            USING ERRCODE = '22004', HINT = 'Pass the token idem_begin returned with outcome ''acquired''.';
+    END IF;
+    IF pg_catalog.current_setting('transaction_read_only') OPERATOR(pg_catalog.=) 'on' THEN
+        RAISE EXCEPTION 'cannot execute idem_effect_started() in a read-only transaction' USING ERRCODE = '25006';
+    END IF;
+    now_ := pg_catalog.clock_timestamp();
+
+    UPDATE @extschema@.idem_records AS r
+       SET effect_started_at = COALESCE(r.effect_started_at, now_), updated_at = now_
+     WHERE r.scope OPERATOR(pg_catalog.=) (idem_effect_started.scope COLLATE pg_catalog."C")
+       AND r.key OPERATOR(pg_catalog.=) (idem_effect_started.key COLLATE pg_catalog."C")
+       AND r.status OPERATOR(pg_catalog.=) 'in_progress'
+       AND r.token OPERATOR(pg_catalog.=) idem_effect_started.token
+       AND r.expires_at OPERATOR(pg_catalog.>) now_
+    RETURNING r.effect_started_at, r.owner_pid, r.owner_start
+         INTO mark, rec_owner_pid, rec_owner_start;
+    IF FOUND THEN
+        IF rec_owner_pid IS NOT NULL AND rec_owner_start IS NOT NULL THEN
+            SELECT a.backend_start INTO own_start
+              FROM pg_catalog.pg_stat_get_activity(pg_catalog.pg_backend_pid()) AS a;
+            IF rec_owner_pid OPERATOR(pg_catalog.<>) pg_catalog.pg_backend_pid()
+               OR rec_owner_start IS DISTINCT FROM own_start THEN
+                RAISE EXCEPTION 'idem_effect_started: the lease is bound to another session'
+                    USING ERRCODE = '55000',
+                          DETAIL = pg_catalog.format('Key "%s" in scope "%s" was begun with bind_to_session by the session of process %s started at %s; this is process %s.',
+                                                     key, scope, rec_owner_pid, rec_owner_start, pg_catalog.pg_backend_pid()),
+                          HINT = 'Work on a bound lease in the session that began it; a worker that reconnects, or runs behind a transaction pooler, begins without bind_to_session.';
+            END IF;
+        END IF;
+        RETURN mark;
+    END IF;
+    -- Why the UPDATE matched nothing (src/lease.c, lease_lost).
+    SELECT r.status, r.token, r.expires_at OPERATOR(pg_catalog.>) now_, r.lease IS NULL
+      INTO rec_status, rec_token, rec_live, rec_no_lease
+      FROM @extschema@.idem_records AS r
+     WHERE r.scope OPERATOR(pg_catalog.=) (idem_effect_started.scope COLLATE pg_catalog."C")
+       AND r.key OPERATOR(pg_catalog.=) (idem_effect_started.key COLLATE pg_catalog."C");
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'idem_effect_started: key was never begun'
+            USING ERRCODE = 'ID002',
+                  DETAIL = pg_catalog.format('Key "%s" in scope "%s" has no record.', key, scope),
+                  HINT = 'Call idem_begin first and pass the token it returns; a record purged after its expiry is gone too.';
+    END IF;
+    IF NOT rec_live THEN
+        why := pg_catalog.format('Key "%s" in scope "%s" has no live record.', key, scope);
+    ELSIF rec_status OPERATOR(pg_catalog.=) 'in_progress' AND rec_token IS NOT NULL THEN
+        why := pg_catalog.format('Key "%s" in scope "%s" is now leased with token %s, not %s.', key, scope, rec_token, idem_effect_started.token);
+    ELSE
+        why := pg_catalog.format('Key "%s" in scope "%s" is no longer in progress: its status is "%s".', key, scope, rec_status);
+    END IF;
+    RAISE EXCEPTION 'idem_effect_started: lease lost'
         USING ERRCODE = 'ID003', DETAIL = why,
               HINT = 'Another worker took the key over after the lease ran out, or the work was already finished; do not apply this worker''s result.';
 END
@@ -483,6 +630,7 @@ DECLARE
     deadline pg_catalog.timestamptz;
     now_ pg_catalog.timestamptz;
     rec @extschema@.idem_record;
+    seen_start pg_catalog.timestamptz;
     nap_ms pg_catalog.float8 := 1;
     wait_ms pg_catalog.float8;
 BEGIN
@@ -548,7 +696,8 @@ BEGIN
     LOOP
         now_ := pg_catalog.clock_timestamp();
         SELECT r.scope, r.key, r.status, r.fingerprint, r.result, r.created_at, r.updated_at,
-               r.expires_at, r.locked_until, r.token, r.attempts
+               r.expires_at, r.locked_until, r.token, r.attempts,
+               r.owner_pid, r.owner_start, r.effect_started_at, r.effect_unknown_attempt
           INTO rec
           FROM @extschema@.idem_records AS r
          WHERE r.scope OPERATOR(pg_catalog.=) (idem_await.scope COLLATE pg_catalog."C")
@@ -560,6 +709,15 @@ BEGIN
         IF rec.status OPERATOR(pg_catalog.<>) 'in_progress' OR rec.locked_until IS NULL
            OR rec.locked_until OPERATOR(pg_catalog.<=) now_ OR now_ OPERATOR(pg_catalog.>=) deadline THEN
             RETURN rec;
+        END IF;
+        -- A lease bound to a session that is gone (as in idem_begin).
+        IF rec.owner_pid IS NOT NULL AND rec.owner_start IS NOT NULL THEN
+            PERFORM pg_catalog.pg_stat_clear_snapshot();
+            SELECT a.backend_start INTO seen_start
+              FROM pg_catalog.pg_stat_get_activity(rec.owner_pid) AS a;
+            IF NOT FOUND OR seen_start OPERATOR(pg_catalog.<>) rec.owner_start THEN
+                RETURN rec;
+            END IF;
         END IF;
         -- Sleep until the next look, never past the deadline or the lease's end.
         wait_ms := LEAST(nap_ms,

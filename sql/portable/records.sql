@@ -449,7 +449,8 @@ BEGIN
     END IF;
 
     SELECT r.scope, r.key, r.status, r.fingerprint, r.result, r.created_at, r.updated_at,
-           r.expires_at, r.locked_until, r.token, r.attempts
+           r.expires_at, r.locked_until, r.token, r.attempts,
+           r.owner_pid, r.owner_start, r.effect_started_at, r.effect_unknown_attempt
       INTO rec
       FROM @extschema@.idem_records AS r
      WHERE r.scope OPERATOR(pg_catalog.=) (idem_lookup.scope COLLATE pg_catalog."C")

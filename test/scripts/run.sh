@@ -33,6 +33,9 @@ for suite in "${suites[@]}"; do
         # the server headers, which every run installs)
         extra_packages+=(cppcheck clang-tidy)
     fi
+    if [ "$suite" = tap ]; then
+        extra_packages+=(pgbouncer)                    # test/t/027_lease_pgbouncer.pl
+    fi
     if [ "$suite" = examples ]; then
         extra_packages+=(python3 python3-psycopg2 default-jdk-headless libpostgresql-jdbc-java)
         if ! command -v node >/dev/null || ! command -v npm >/dev/null; then

@@ -15,15 +15,20 @@
 -- guard, say) is reported with a WARNING and keeps refusing writes until
 -- idem_guard() is called for it.  The status column is the one the old
 -- check trigger watched (UPDATE OF), whatever it is called now.
+-- Security fix made in place after 0.5.0's release: every type, operator
+-- and function is qualified and every argument of idem_guard cast to its
+-- declared type, so that no object a role with CREATE on the extension's
+-- schema made beforehand (an overload of idem_guard with a text fourth
+-- argument, say) runs as the role that updates the extension.
 DO $$
 DECLARE
-    g record;
+    g pg_catalog.record;
 BEGIN
     FOR g IN
         SELECT t.tgrelid::pg_catalog.regclass AS tbl,
                a.attname AS status_column,
                args[1] AS machine,
-               NULLIF(args[3], '') AS version_column,
+               CASE WHEN args[3] OPERATOR(pg_catalog.<>) '' THEN args[3] END AS version_column,
                EXISTS (SELECT FROM pg_catalog.pg_trigger l
                         WHERE l.tgrelid OPERATOR(pg_catalog.=) t.tgrelid
                           AND l.tgfoid OPERATOR(pg_catalog.=) t.tgfoid
@@ -44,8 +49,9 @@ BEGIN
          ORDER BY 1, 2
     LOOP
         BEGIN
-            PERFORM @extschema@.idem_guard(g.tbl, g.status_column, g.machine,
-                                           g.version_column, g.history);
+            PERFORM @extschema@.idem_guard(g.tbl::pg_catalog.regclass, g.status_column::pg_catalog.name,
+                                           g.machine::pg_catalog.text, g.version_column::pg_catalog.name,
+                                           g.history::pg_catalog.bool);
         EXCEPTION WHEN OTHERS THEN
             RAISE WARNING 'idempotency 0.5.0: the guard of column "%" of table % could not be installed again: %',
                 g.status_column, g.tbl, SQLERRM

@@ -665,7 +665,7 @@ RETURNS pg_catalog.void
 LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE
 AS $$
 DECLARE
-    s record;
+    s pg_catalog.record;
     h pg_catalog.xid8;
 BEGIN
     FOR s IN
@@ -723,8 +723,8 @@ DECLARE
     taken pg_catalog.uuid[] := '{}';
     got pg_catalog.uuid[];
     ids pg_catalog.uuid[];
-    sub record;
-    cand record;
+    sub pg_catalog.record;
+    cand pg_catalog.record;
     seen pg_catalog.text[];
     run_key pg_catalog.text;
     last_x pg_catalog.xid8;
@@ -909,7 +909,7 @@ RETURNS pg_catalog.bool
 LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE
 AS $$
 DECLARE
-    m record;
+    m pg_catalog.record;
     h pg_catalog.xid8;
 BEGIN
     IF idem_outbox_ack.consumer IS NULL THEN
@@ -1035,7 +1035,7 @@ RETURNS pg_catalog.int8
 LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE
 AS $$
 DECLARE
-    t record;
+    t pg_catalog.record;
     bound pg_catalog.xid8;
     keep pg_catalog.interval;
     n pg_catalog.int8;

@@ -47,7 +47,7 @@
  *	  and pg_catalog's objects: functions schema-qualified, operators as
  *	  OPERATOR(pg_catalog.x), every argument cast to the declared type, so
  *	  no overload a role with CREATE on some schema made beforehand can
- *	  capture a call.  Only real guards (guard_cache.c's
+ *	  capture a call.  Only real guards (guard_shape.c's
  *	  idem_guard_trigger_is_real) count for idem_unguard and
  *	  idem_machine_drop.
  *
@@ -202,7 +202,8 @@ idem_guard(PG_FUNCTION_ARGS)
 							fname, &cached);
 
 	g.qnsp = quote_identifier(get_namespace_name(nsp));
-	g.qmachine = quote_literal_cstr(text_to_cstring(machine));
+	g.machine = text_to_cstring(machine);
+	g.qmachine = quote_literal_cstr(g.machine);
 
 	/* Inheritance children are reached by an UPDATE: they need the guard. */
 	if (!citus && has_subclass(relid))

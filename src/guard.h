@@ -74,9 +74,15 @@ extern void idem_guard_cache_init(void);
 extern GuardEntry *idem_guard_entry(FunctionCallInfo fcinfo, TriggerData *td);
 extern IdemMachine *idem_guard_machine(GuardEntry *e, FunctionCallInfo fcinfo,
 									  TriggerData *td);
-extern bool idem_guard_trigger_is_real(int16 tgtype, int tgnattr, const char *tgqual,
-									   int nargs, char **args, Oid allows,
-									   GuardRole *role);
+/* guard_shape.c: the one definition of a guard trigger's shape */
+extern bool idem_guard_trigger_is_real(Oid relid, int16 tgtype, int tgnattr,
+									   const char *tgqual, int nargs, char **args,
+									   Oid allows, GuardRole *role,
+									   AttrNumber *status_att);
+extern char *idem_guard_changed_sql(const char *qcol);
+extern char *idem_guard_check_when(const char *qnsp, const char *machine,
+								   const char *status_col, const char *version_col,
+								   bool insert);
 extern Oid	idem_guard_allows_oid(Oid nsp);
 extern bool idem_rel_guarded(Relation rel, Oid trigfunc, Oid allows,
 							 const char *machine, const char *column);
@@ -95,6 +101,7 @@ typedef struct GuardSpec
 	char	   *status_col;
 	char	   *version_col;	/* NULL: none */
 	const char *qnsp;
+	char	   *machine;
 	char	   *qmachine;		/* a literal */
 	char	   *history_table;	/* NULL: idem_transition_log; else quoted name */
 } GuardSpec;

@@ -5,11 +5,10 @@
  *	  each trigger OID, what its arguments and the guarded table say
  *	  (attribute numbers, types, role, the machine's name and a
  *	  generation-checked pointer to the compiled machine, the history
- *	  plan).  Used by guard_trigger.c at every firing.  Also the one
- *	  definition of a real guard trigger (idem_guard_trigger_is_real),
- *	  which the run time, idem_unguard and idem_machine_drop all apply.
+ *	  plan).  Used by guard_trigger.c at every firing.  What a real guard
+ *	  trigger is, guard_shape.c decides (idem_guard_trigger_is_real).
  *
- *	  Calls: machine.c and machine_cache.c (idem_check_machine_name,
+ *	  Calls: guard_shape.c (is the trigger a real guard), machine.c and machine_cache.c (idem_check_machine_name,
  *	  idem_machine_get), citus.c (is the firing relation a Citus shard: then
  *	  the entry names the distributed table, in messages and history, and
  *	  keeps the shard's hash range for the history), guard_error.c (the
@@ -245,158 +244,6 @@ guard_entry_version(GuardEntry *e, TriggerData *td, Bitmapset *deps, const char 
 	e->version_int8 = (attr->atttypid == INT8OID);
 }
 
-/* The role named by a trigger's fourth argument; false when none. */
-static bool
-role_of(const char *arg, GuardRole *role)
-{
-	if (strcmp(arg, IDEM_GUARD_ROLE_CHECK) == 0)
-		*role = GUARD_CHECK;
-	else if (strcmp(arg, IDEM_GUARD_ROLE_VERSION) == 0)
-		*role = GUARD_VERSION;
-	else if (strcmp(arg, IDEM_GUARD_ROLE_LOG) == 0)
-		*role = GUARD_LOG;
-	else if (strcmp(arg, IDEM_GUARD_ROLE_CHILDREN) == 0)
-		*role = GUARD_CHILDREN;
-	else
-		return false;
-	return true;
-}
-
-/* Does the WHEN condition qual call idem_guard_allows(machine, ...)? */
-typedef struct AllowsCall
-{
-	Oid			allows;
-	const char *machine;
-	bool		found;
-} AllowsCall;
-
-static bool
-allows_call_walker(Node *node, AllowsCall *ctx)
-{
-	if (node == NULL)
-		return false;
-	if (IsA(node, FuncExpr) && ((FuncExpr *) node)->funcid == ctx->allows)
-	{
-		FuncExpr   *f = (FuncExpr *) node;
-		Node	   *arg = list_length(f->args) == 3 ? linitial(f->args) : NULL;
-
-		while (arg != NULL && IsA(arg, RelabelType))
-			arg = (Node *) ((RelabelType *) arg)->arg;
-		if (arg != NULL && IsA(arg, Const) && !((Const *) arg)->constisnull &&
-			((Const *) arg)->consttype == TEXTOID)
-		{
-			char	   *m = TextDatumGetCString(((Const *) arg)->constvalue);
-
-			if (strcmp(m, ctx->machine) == 0)
-				ctx->found = true;
-		}
-		return false;
-	}
-	return expression_tree_walker(node, allows_call_walker, (void *) ctx);
-}
-
-/* The OID of idem_guard_allows(text, text, text) in schema nsp. */
-Oid
-idem_guard_allows_oid(Oid nsp)
-{
-	Oid			argtypes[3] = {TEXTOID, TEXTOID, TEXTOID};
-	char	   *nspname = get_namespace_name(nsp);
-
-	List	   *name;
-
-	if (nspname == NULL)
-		elog(ERROR, "cache lookup failed for schema %u", nsp);
-	name = list_make1(makeString(nspname));
-	name = lappend(name, makeString("idem_guard_allows"));
-	return LookupFuncName(name, 3, argtypes, false);
-}
-
-/*
- * Is a trigger of idem_guard_trigger (its type, number of UPDATE OF
- * columns, WHEN condition as stored in pg_trigger.tgqual, arguments) shaped
- * as idem_guard makes the trigger of its role?  The one definition of a
- * real guard trigger: the trigger refuses to run otherwise (39P01), and
- * idem_unguard and idem_machine_drop count nothing else.  allows is the
- * OID of the extension's idem_guard_allows: a check trigger's WHEN must
- * call it for the machine of its arguments.  *role is set when true.
- *
- *	check     AFTER ROW, INSERT or UPDATE, WHEN calling idem_guard_allows
- *	version   BEFORE ROW UPDATE, WHEN
- *	log       AFTER ROW, INSERT or UPDATE, WHEN (a fifth argument: Citus)
- *	children  BEFORE STATEMENT UPDATE, no WHEN
- * None has UPDATE OF columns (those miss a change made by a BEFORE
- * trigger); the row triggers' WHEN conditions name the status column, so
- * that they depend on it (pg_depend) and follow it through renames.
- */
-bool
-idem_guard_trigger_is_real(int16 tgtype, int tgnattr, const char *tgqual,
-						   int nargs, char **args, Oid allows, GuardRole *role)
-{
-	bool		row = TRIGGER_FOR_ROW(tgtype);
-	bool		before = TRIGGER_FOR_BEFORE(tgtype);
-	bool		ins = TRIGGER_FOR_INSERT(tgtype);
-	bool		upd = TRIGGER_FOR_UPDATE(tgtype);
-
-	if (nargs < IDEM_GUARD_NARGS || nargs > IDEM_GUARD_NARGS + 1 ||
-		!role_of(args[3], role))
-		return false;
-	if (nargs > IDEM_GUARD_NARGS && *role != GUARD_LOG)
-		return false;
-	if (TRIGGER_FOR_INSTEAD(tgtype) || TRIGGER_FOR_DELETE(tgtype) ||
-		TRIGGER_FOR_TRUNCATE(tgtype) || tgnattr != 0 || ins == upd)
-		return false;
-	switch (*role)
-	{
-		case GUARD_CHECK:
-			{
-				AllowsCall	ctx;
-
-				if (!row || before || tgqual == NULL)
-					return false;
-				ctx.allows = allows;
-				ctx.machine = args[0];
-				ctx.found = false;
-				(void) allows_call_walker((Node *) stringToNode(tgqual), &ctx);
-				return ctx.found;
-			}
-		case GUARD_VERSION:
-			return row && before && upd && tgqual != NULL;
-		case GUARD_LOG:
-			return row && !before && tgqual != NULL;
-		case GUARD_CHILDREN:
-			return !row && before && upd && tgqual == NULL;
-	}
-	return false;
-}
-
-/*
- * Does rel carry a real guard (its UPDATE check trigger, enabled) of
- * machine on a column called column?  From the relcache's trigger
- * descriptor; trigfunc is idem_guard_trigger, allows idem_guard_allows.
- */
-bool
-idem_rel_guarded(Relation rel, Oid trigfunc, Oid allows, const char *machine,
-				 const char *column)
-{
-	TriggerDesc *trigdesc = rel->trigdesc;
-
-	if (trigdesc == NULL)
-		return false;
-	for (int i = 0; i < trigdesc->numtriggers; i++)
-	{
-		Trigger    *t = &trigdesc->triggers[i];
-		GuardRole	role;
-
-		if (t->tgfoid == trigfunc && t->tgenabled != TRIGGER_DISABLED &&
-			idem_guard_trigger_is_real(t->tgtype, t->tgnattr, t->tgqual,
-									   t->tgnargs, t->tgargs, allows, &role) &&
-			role == GUARD_CHECK && TRIGGER_FOR_UPDATE(t->tgtype) &&
-			strcmp(t->tgargs[0], machine) == 0 && strcmp(t->tgargs[1], column) == 0)
-			return true;
-	}
-	return false;
-}
-
 /*
  * The columns of relid that trigger tgoid depends on (pg_depend: its WHEN
  * condition's columns), as attribute numbers.
@@ -583,10 +430,10 @@ guard_entry(FunctionCallInfo fcinfo, TriggerData *td)
 		return e;
 
 	/* Only a trigger shaped as idem_guard makes it (39P01). */
-	if (!idem_guard_trigger_is_real(tg->tgtype, tg->tgnattr, tg->tgqual,
+	if (!idem_guard_trigger_is_real(RelationGetRelid(rel), tg->tgtype, tg->tgnattr, tg->tgqual,
 									tg->tgnargs, tg->tgargs,
 									idem_guard_allows_oid(idem_extension_schema(fcinfo)),
-									&role))
+									&role, NULL))
 		idem_not_a_guard(tg);
 	if (role != GUARD_CHILDREN)
 		deps = trigger_columns(tg->tgoid, RelationGetRelid(rel));

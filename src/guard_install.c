@@ -9,11 +9,12 @@
  *	  idem_guards_of_machine, the list idem_machine_drop (transition.c)
  *	  refuses with.  guard.c's header describes the triggers and why.
  *
- *	  Calls: guard_cache.c (idem_guard_trigger_is_real, the one test of a
- *	  real guard trigger; idem_guard_allows_oid), citus.c, query.c.
+ *	  Calls: guard_shape.c (idem_guard_trigger_is_real, the one test of a
+ *	  real guard trigger, and the check triggers' WHEN conditions;
+ *	  idem_guard_allows_oid), citus.c, query.c.
  *	  Called by guard.c and transition.c; nothing here calls them back.
  *
- *	  Invariant (issue 20): generated SQL binds only to the extension's
+ *	  Invariant: generated SQL binds only to the extension's
  *	  and pg_catalog's objects: functions schema-qualified, operators as
  *	  OPERATOR(pg_catalog.x), every argument cast to the declared type, so
  *	  no overload a role with CREATE on some schema made beforehand can
@@ -101,7 +102,7 @@ static IdemQuery q_guards_all = {
 	"SELECT t.tgargs, t.tgtype::pg_catalog.int4,"
 	"       pg_catalog.format('%I.%I', n.nspname, c.relname),"
 	"       t.tgnargs::pg_catalog.int4, t.tgqual::pg_catalog.text,"
-	"       pg_catalog.cardinality(t.tgattr::pg_catalog.int2[])"
+	"       pg_catalog.cardinality(t.tgattr::pg_catalog.int2[]), t.tgrelid"
 	" FROM pg_catalog.pg_trigger t"
 	" JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) t.tgfoid"
 	" JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) t.tgrelid"
@@ -172,13 +173,13 @@ catalog_col(HeapTuple tup, TupleDesc desc, int col, Oid type, bool *isnull)
 /*
  * A pg_trigger row of idem_guard_trigger as the SPI queries above return
  * it (columns from first: tgtype, tgnargs, tgargs, tgqual, number of
- * UPDATE OF columns): is it a real guard trigger (guard_cache.c's one
- * definition), and of which role?  Its arguments in *args (nargs of them).
+ * UPDATE OF columns): is it a real guard trigger (guard_shape.c's one
+ * definition), and of which role; a check's column in *att?  Its arguments in *args (nargs of them).
  */
 static bool
-spi_trigger_is_real(HeapTuple tup, TupleDesc desc, int tgtype_col, int nargs_col,
+spi_trigger_is_real(Oid relid, HeapTuple tup, TupleDesc desc, int tgtype_col, int nargs_col,
 					int args_col, int qual_col, int nattr_col, Oid allows,
-					char ***args, int *nargs, GuardRole *role)
+					char ***args, int *nargs, GuardRole *role, AttrNumber *att)
 {
 	bool		isnull;
 	Datum		d;
@@ -198,8 +199,8 @@ spi_trigger_is_real(HeapTuple tup, TupleDesc desc, int tgtype_col, int nargs_col
 	nattr = DatumGetInt32(catalog_col(tup, desc, nattr_col, INT4OID, &isnull));
 	if (isnull)
 		nattr = 0;
-	return idem_guard_trigger_is_real((int16) tgtype, nattr, qual, *nargs, *args,
-									  allows, role);
+	return idem_guard_trigger_is_real(relid, (int16) tgtype, nattr, qual, *nargs, *args,
+									  allows, role, att);
 }
 
 /*
@@ -235,16 +236,19 @@ idem_guard_drop_triggers(Oid relid, Oid nsp, AttrNumber att, const char *column,
 		char	  **args;
 		int			nargs;
 		GuardRole	role = GUARD_CHECK;
+		AttrNumber	checked = InvalidAttrNumber;
 		int			tgtype;
 
 		depends = DatumGetBool(catalog_col(tup, desc, 7, BOOLOID, &isnull));
 		tgtype = DatumGetInt32(catalog_col(tup, desc, 2, INT4OID, &isnull));
-		is_real = spi_trigger_is_real(tup, desc, 2, 3, 4, 5, 6, allows, &args, &nargs, &role);
+		is_real = spi_trigger_is_real(relid, tup, desc, 2, 3, 4, 5, 6, allows, &args, &nargs,
+									  &role, &checked);
 		if (TRIGGER_FOR_ROW(tgtype) ? !depends :
 			!(nargs >= IDEM_GUARD_NARGS && strcmp(args[3], IDEM_GUARD_ROLE_CHILDREN) == 0 &&
 			  strcmp(args[1], column) == 0))
 			continue;
-		if (is_real && role == GUARD_CHECK && TRIGGER_FOR_UPDATE(tgtype))
+		/* A real check of this column (not of another it also names). */
+		if (is_real && role == GUARD_CHECK && TRIGGER_FOR_UPDATE(tgtype) && checked == att)
 			real++;
 		names[ndrop++] = SPI_getvalue(tup, desc, 1);
 	}
@@ -279,38 +283,36 @@ void
 idem_guard_create_triggers(const GuardSpec *g, bool history, bool children)
 {
 	const char *qcol = quote_identifier(g->status_col);
-	const char *oldv = psprintf("(OLD.%s)::pg_catalog.text", qcol);
-	const char *newv = psprintf("(NEW.%s)::pg_catalog.text", qcol);
 	/* The status changed (NULLs included), by pg_catalog operators only. */
-	const char *changed = psprintf("((OLD.%s IS NULL) OPERATOR(pg_catalog.<>) (NEW.%s IS NULL)"
-								   " OR %s OPERATOR(pg_catalog.<>) %s)",
-								   qcol, qcol, oldv, newv);
-	const char *allows = psprintf("%s.idem_guard_allows(%s::pg_catalog.text, ",
-								  g->qnsp, g->qmachine);
+	const char *changed = idem_guard_changed_sql(qcol);
 	char	   *func = psprintf("%s.idem_guard_trigger(%s, %s, %s, ", g->qnsp, g->qmachine,
 								quote_literal_cstr(g->status_col),
 								quote_literal_cstr(g->version_col ? g->version_col : ""));
 	const char *qver = g->version_col ? quote_identifier(g->version_col) : NULL;
-	/* A version that did not advance with the status (27000). */
-	const char *version_lag = g->version_col == NULL ? "" :
-		psprintf(" OR (%s AND (NEW.%s OPERATOR(pg_catalog.<>) (OLD.%s OPERATOR(pg_catalog.+) 1)))",
-				 changed, qver, qver);
 
 	/*
 	 * No UPDATE OF: it misses a status that a BEFORE trigger changed, or an
 	 * UPDATE that does not name the column.  The WHEN conditions are
-	 * evaluated on the row as written, after every BEFORE trigger.
+	 * evaluated on the row as written, after every BEFORE trigger.  The
+	 * checks' conditions come from guard_cache.c, which compares a check
+	 * trigger's with them (only the exact shape is a guard).
 	 */
 	create_guard_trigger(psprintf("CREATE TRIGGER %s AFTER UPDATE ON %s FOR EACH ROW"
-								  " WHEN ((NOT %s%s, %s))%s)"
+								  " WHEN (%s)"
 								  " EXECUTE FUNCTION %s'" IDEM_GUARD_ROLE_CHECK "')",
 								  quote_identifier(guard_trigger_name("check", g->status_col)),
-								  g->table, allows, oldv, newv, version_lag, func));
+								  g->table,
+								  idem_guard_check_when(g->qnsp, g->machine, g->status_col,
+														g->version_col, false),
+								  func));
 	create_guard_trigger(psprintf("CREATE TRIGGER %s AFTER INSERT ON %s FOR EACH ROW"
-								  " WHEN ((NEW.%s IS NULL) OR (NOT %sNULL::pg_catalog.text, %s)))"
+								  " WHEN (%s)"
 								  " EXECUTE FUNCTION %s'" IDEM_GUARD_ROLE_CHECK "')",
 								  quote_identifier(guard_trigger_name("insert", g->status_col)),
-								  g->table, qcol, allows, newv, func));
+								  g->table,
+								  idem_guard_check_when(g->qnsp, g->machine, g->status_col,
+														NULL, true),
+								  func));
 	/* Its WHEN names the version column too: the trigger depends on it. */
 	if (g->version_col != NULL)
 		create_guard_trigger(psprintf("CREATE TRIGGER %s BEFORE UPDATE ON %s FOR EACH ROW"
@@ -489,14 +491,19 @@ idem_guards_of_machine(Oid nsp, const char *machine)
 		int			tgtype;
 
 		/* Only real guards count: one line per guard, its UPDATE check. */
-		if (!spi_trigger_is_real(tup, desc, 2, 4, 1, 5, 6, allows, &args, &nargs, &role) ||
+		Oid			relid = DatumGetObjectId(catalog_col(tup, desc, 7, OIDOID, &isnull));
+		AttrNumber	checked = InvalidAttrNumber;
+
+		if (!spi_trigger_is_real(relid, tup, desc, 2, 4, 1, 5, 6, allows, &args, &nargs,
+								 &role, &checked) ||
 			role != GUARD_CHECK || strcmp(args[0], machine) != 0)
 			continue;
 		tgtype = DatumGetInt32(catalog_col(tup, desc, 2, INT4OID, &isnull));
 		if (!TRIGGER_FOR_UPDATE(tgtype))
 			continue;
+		/* The column its condition checks, by its name now. */
 		appendStringInfo(&buf, "%scolumn \"%s\" of table %s",
-						 found++ > 0 ? ", " : "", args[1],
+						 found++ > 0 ? ", " : "", get_attname(relid, checked, false),
 						 SPI_getvalue(tup, desc, 3));
 	}
 	return found > 0 ? buf.data : NULL;

@@ -592,8 +592,9 @@ idem_guard_trigger(PG_FUNCTION_ARGS)
 		Trigger    *tg = td->tg_trigger;
 		GuardRole	role;
 
-		if (!idem_guard_trigger_is_real(tg->tgtype, tg->tgnattr, tg->tgqual,
-										tg->tgnargs, tg->tgargs, InvalidOid, &role) ||
+		if (!idem_guard_trigger_is_real(RelationGetRelid(td->tg_relation), tg->tgtype,
+										tg->tgnattr, tg->tgqual,
+										tg->tgnargs, tg->tgargs, InvalidOid, &role, NULL) ||
 			role != GUARD_CHILDREN)
 			idem_not_a_guard(tg);
 		guard_children(fcinfo, td);

@@ -142,7 +142,7 @@ DECLARE
     _pending pg_catalog.text[];
     _claimed_keys pg_catalog.text[];
     _claimed pg_catalog.bool;
-    _r record;
+    _r pg_catalog.record;
 BEGIN
     IF _scope IS NULL THEN
         RAISE EXCEPTION 'idem_claim_many: scope must not be null'

@@ -31,18 +31,24 @@ $$;
 -- guard_role: an SQL expression, the role of a trigger of
 -- idem_guard_trigger when it is shaped as idem_guard makes that role's
 -- trigger, else NULL: the one definition of a real guard trigger
--- (src/guard_cache.c, idem_guard_trigger_is_real).  Reads the columns of
+-- (src/guard_shape.c, idem_guard_trigger_is_real).  Reads the columns of
 -- g: g_tgtype (int4), g_nattr (UPDATE OF columns), g_qual (tgqual),
--- g_args (text[]), g_allows (the OID of idem_guard_allows).
---   check     AFTER ROW, INSERT or UPDATE, WHEN calling idem_guard_allows
---             with the machine of its arguments as its first argument
+-- g_shape (guard_shape of it), g_args (text[]), g_allows (the OID of
+-- idem_guard_allows).
+--   check     AFTER ROW, INSERT or UPDATE, WHEN exactly as idem_guard
+--             writes it for the machine of its arguments
 --   version   BEFORE ROW UPDATE, WHEN
 --   log       AFTER ROW, INSERT or UPDATE, WHEN (a fifth argument: Citus)
 --   children  BEFORE STATEMENT UPDATE, no WHEN
--- The call in the WHEN condition is found in its stored node tree
--- (pg_trigger.tgqual): a FUNCEXPR of idem_guard_allows whose first
--- argument is a text CONST holding the machine's name (its bytes after
--- the varlena header).
+-- A check's WHEN condition is compared whole, as its stored node tree
+-- (pg_trigger.tgqual, through guard_shape), with the tree of the
+-- condition idem_guard writes on the columns it names (INSERT; UPDATE
+-- without or with a version column, as the arguments say): a condition
+-- that merely calls idem_guard_allows (AND false, say) is no guard.  The
+-- operators are pg_catalog's by OID: 85 bool <>, 531 text <>, 411 and 518
+-- int8 and int4 <>, 688 and 551 int8 + int4 and int4 + int4.  The one
+-- text constant is the machine's name (its bytes after the varlena
+-- header, read from the tree).
 -- portable-fragment: guard_role
 FRAGMENT AS $$
 CASE WHEN g.g_args IS NULL
@@ -59,6 +65,21 @@ CASE WHEN g.g_args IS NULL
           CASE WHEN (g.g_tgtype OPERATOR(pg_catalog.&) 1) OPERATOR(pg_catalog.<>) 0
                     AND (g.g_tgtype OPERATOR(pg_catalog.&) 2) OPERATOR(pg_catalog.=) 0
                     AND g.g_qual IS NOT NULL
+                    AND g.g_shape OPERATOR(pg_catalog.~) pg_catalog.replace(pg_catalog.replace(
+                        CASE WHEN (g.g_tgtype OPERATOR(pg_catalog.&) 4) OPERATOR(pg_catalog.<>) 0 THEN
+                                 '^\{BOOLEXPR :boolop or :args \(\{NULLTEST :arg V2\.([1-9][0-9]*) :nulltesttype 0 G\}'
+                                 ' \{BOOLEXPR :boolop not :args \(\{FUNCEXPR :funcid A G:args \(C N V2\.\1\)\}\)\}\)\}$'
+                             WHEN g.g_args[3] OPERATOR(pg_catalog.=) '' THEN
+                                 '^\{BOOLEXPR :boolop not :args \(\{FUNCEXPR :funcid A G:args'
+                                 ' \(C V1\.([1-9][0-9]*) V2\.\1\)\}\)\}$'
+                             ELSE
+                                 '^\{BOOLEXPR :boolop or :args \(\{BOOLEXPR :boolop not :args \(\{FUNCEXPR :funcid A G:args'
+                                 ' \(C V1\.([1-9][0-9]*) V2\.\1\)\}\)\} \{BOOLEXPR :boolop and :args \('
+                                 '\{BOOLEXPR :boolop or :args \(\{OPEXPR :opno 85 G:args \(\{NULLTEST :arg V1\.\1 :nulltesttype 0 G\}'
+                                 ' \{NULLTEST :arg V2\.\1 :nulltesttype 0 G\}\)\} \{OPEXPR :opno 531 G:args \(V1\.\1 V2\.\1\)\}\)\}'
+                                 ' \{OPEXPR :opno (?:411|518) G:args \(V2\.([1-9][0-9]*) \{OPEXPR :opno (?:688|551) G:args'
+                                 ' \(V1\.\2 ONE\)\}\)\}\)\}\)\}$'
+                        END, 'G', '[^{}()]*'), ' A ', ' ' OPERATOR(pg_catalog.||) g.g_allows::pg_catalog.text OPERATOR(pg_catalog.||) ' ')
                     AND EXISTS (
                         SELECT FROM pg_catalog.regexp_matches(g.g_qual,
                                     '\{FUNCEXPR :funcid ([0-9]+) [^{}]*:args \(\{CONST :consttype 25 [^{}]*:constisnull false [^{}]*:constvalue ([0-9]+) \[ ([-0-9 ]*)\]',
@@ -92,15 +113,40 @@ CASE WHEN g.g_args IS NULL
 END
 $$;
 
+-- guard_shape: an SQL expression, the stored WHEN condition of the
+-- pg_trigger row t (tgqual) with what guard_role does not compare
+-- abstracted: no parse locations; a column of OLD or NEW as V1.n or V2.n
+-- (n its attribute number), also when relabelled to text (a cast of a
+-- varchar or a domain over text or varchar); a non-null text constant
+-- as C, a null one as N, the int4 constant 1 as ONE.
+-- portable-fragment: guard_shape
+FRAGMENT AS $$
+pg_catalog.regexp_replace(pg_catalog.regexp_replace(pg_catalog.regexp_replace(
+pg_catalog.regexp_replace(pg_catalog.regexp_replace(pg_catalog.regexp_replace(
+    t.tgqual::pg_catalog.text, ' :location -?[0-9]+', '', 'g'),
+    '\{VAR :varno ([12]) :varattno ([1-9][0-9]*) [^{}]*:varlevelsup 0( [^{}]*)?\}', 'V\1.\2', 'g'),
+    '\{RELABELTYPE :arg (V[12]\.[0-9]+) :resulttype 25 [^{}]*\}', '\1', 'g'),
+    '\{CONST :consttype 25 [^{}]*:constisnull false [^{}]*\}', 'C', 'g'),
+    '\{CONST :consttype 25 [^{}]*:constisnull true [^{}]*\}', 'N', 'g'),
+    '\{CONST :consttype 23 [^{}]*:constisnull false :constvalue 4 \[ (1 0 0 0( 0 0 0 0)?|(0 0 0 0 )?0 0 0 1) \]\}', 'ONE', 'g')
+$$;
+
 -- guard_triggers: an SQL subquery (alias it g), the triggers of
 -- idem_guard_trigger with what guard_role reads, and g_tgoid, g_relid,
--- g_tgname, g_enabled, g_table (schema-qualified, quoted).
+-- g_tgname, g_enabled, g_table (schema-qualified, quoted), g_checked (of a
+-- real check: the attribute number of the column its condition checks,
+-- the first one g_shape names).
 -- portable-fragment: guard_triggers
 FRAGMENT AS $$
 (SELECT t.oid AS g_tgoid, t.tgrelid AS g_relid, t.tgname::pg_catalog.text AS g_tgname,
         t.tgenabled AS g_enabled, t.tgtype::pg_catalog.int4 AS g_tgtype,
         COALESCE(pg_catalog.cardinality(t.tgattr::pg_catalog.int2[]), 0) AS g_nattr,
         t.tgqual::pg_catalog.text AS g_qual,
+        @@guard_shape@@
+        AS g_shape,
+        pg_catalog.substring(
+            @@guard_shape@@
+            , 'V[12]\.([0-9]+)')::pg_catalog.int2 AS g_checked,
         @@tgargs@@
         AS g_args,
         '@extschema@.idem_guard_allows(pg_catalog.text,pg_catalog.text,pg_catalog.text)'::pg_catalog.regprocedure::pg_catalog.oid AS g_allows,
@@ -112,12 +158,17 @@ FRAGMENT AS $$
 $$;
 
 -- guards_of_machine: users := the guards that enforce machine mname
--- ('column "c" of table s.t, ...'), or NULL: one per real UPDATE check
--- trigger (src/guard.c, idem_guards_of_machine), read with the
+-- ('column "c" of table s.t, ...', the column a check's condition checks,
+-- by its name now), or NULL: one per real UPDATE check trigger
+-- (src/guard_install.c, idem_guards_of_machine), read with the
 -- statement's snapshot.
 -- portable-fragment: guards_of_machine
 FRAGMENT AS $$
-SELECT pg_catalog.string_agg(pg_catalog.format('column "%s" of table %s', g.g_args[2], g.g_table), ', '
+SELECT pg_catalog.string_agg(pg_catalog.format('column "%s" of table %s',
+                                               (SELECT a.attname FROM pg_catalog.pg_attribute AS a
+                                                 WHERE a.attrelid OPERATOR(pg_catalog.=) g.g_relid
+                                                   AND a.attnum OPERATOR(pg_catalog.=) g.g_checked),
+                                               g.g_table), ', '
                              ORDER BY g.g_table, g.g_tgname)
   INTO users
   FROM
@@ -146,7 +197,12 @@ EXISTS (SELECT FROM
            AND g.g_args[2] OPERATOR(pg_catalog.=) (_column COLLATE pg_catalog."C")
            AND
                @@guard_role@@
-               OPERATOR(pg_catalog.=) 'check')
+               OPERATOR(pg_catalog.=) 'check'
+           -- Its condition checks the column of that name, not another.
+           AND EXISTS (SELECT FROM pg_catalog.pg_attribute AS a
+                        WHERE a.attrelid OPERATOR(pg_catalog.=) g.g_relid
+                          AND a.attnum OPERATOR(pg_catalog.=) g.g_checked
+                          AND a.attname OPERATOR(pg_catalog.=) _column::pg_catalog.name))
 $$;
 
 -- guarded_table: check the TRIGGER privilege on relid (42501, worded as
@@ -208,13 +264,13 @@ $$;
 -- portable-fragment: drop_guard
 FRAGMENT AS $$
 DECLARE
-    _r record;
+    _r pg_catalog.record;
 BEGIN
     _real := 0;
     FOR _r IN
         SELECT g.g_tgname, g.g_tgtype,
                @@guard_role@@
-               AS role
+               AS role, g.g_checked
           FROM
                @@guard_triggers@@
                AS g
@@ -231,7 +287,9 @@ BEGIN
                          AND g.g_args[2] OPERATOR(pg_catalog.=) (_column COLLATE pg_catalog."C") END
          ORDER BY g.g_tgname
     LOOP
-        IF _r.role OPERATOR(pg_catalog.=) 'check' AND (_r.g_tgtype OPERATOR(pg_catalog.&) 16) OPERATOR(pg_catalog.<>) 0 THEN
+        -- A real check of this column (not of another it also names).
+        IF _r.role OPERATOR(pg_catalog.=) 'check' AND _r.g_checked OPERATOR(pg_catalog.=) _att
+           AND (_r.g_tgtype OPERATOR(pg_catalog.&) 16) OPERATOR(pg_catalog.<>) 0 THEN
             _real := _real OPERATOR(pg_catalog.+) 1;
         END IF;
         EXECUTE pg_catalog.format('DROP TRIGGER %I ON %s', _r.g_tgname, _table);

@@ -1,6 +1,6 @@
 -- Hardening, round two: guards and machines against application roles,
 -- table owners and roles with CREATE on the extension's schema.  Each
--- section is one class of finding (issue 20); each crashed the server,
+-- section is one class of finding; each crashed the server,
 -- escalated a role or let a status past a guard before 0.5.0.
 SET statement_timeout = '20s';
 \set SHOW_CONTEXT never
@@ -267,6 +267,45 @@ SELECT idem_guard('gh_real', 'status', 'gh_order');
 RESET ROLE;
 SELECT pg_temp.try($$SELECT idem_machine_drop('gh_order')$$) AS drop_real_guard;
 DROP TABLE gh_decoy, gh_real;
+
+-- Look-alikes: a condition that calls idem_guard_allows for the machine
+-- as a guard's does but enforces nothing (AND false; the call and more;
+-- the call of the insert trigger ANDed away) is no guard either: only the
+-- whole condition idem_guard writes counts, on UPDATE and on INSERT.  Nor
+-- is a child whose check is on another column than its arguments name a
+-- guarded child of a parent.
+RESET ROLE;
+SELECT idem_machine_define('gh_look', '{"initial": ["new"], "transitions": {"new": ["paid"]}}');
+SET ROLE regress_gh_app;
+CREATE TABLE gh_look (id int PRIMARY KEY, status text, other text);
+CREATE TRIGGER l1 AFTER UPDATE ON gh_look FOR EACH ROW
+    WHEN (idem_guard_allows('gh_look', OLD.status, NEW.status) AND false)
+    EXECUTE FUNCTION idem_guard_trigger('gh_look', 'status', '', 'check');
+CREATE TRIGGER l2 AFTER UPDATE ON gh_look FOR EACH ROW
+    WHEN ((NOT idem_guard_allows('gh_look'::pg_catalog.text, (OLD.status)::pg_catalog.text,
+                                 (NEW.status)::pg_catalog.text)) AND OLD.id OPERATOR(pg_catalog.<) 0)
+    EXECUTE FUNCTION idem_guard_trigger('gh_look', 'status', '', 'check');
+CREATE TRIGGER l3 AFTER INSERT ON gh_look FOR EACH ROW
+    WHEN ((NEW.status IS NULL) AND (NOT idem_guard_allows('gh_look'::pg_catalog.text,
+                                   NULL::pg_catalog.text, (NEW.status)::pg_catalog.text)))
+    EXECUTE FUNCTION idem_guard_trigger('gh_look', 'status', '', 'check');
+INSERT INTO gh_look VALUES (1, 'new', 'new');
+SELECT pg_temp.try($$UPDATE gh_look SET status = 'nowhere'$$) AS look_alike_check;
+RESET ROLE;
+SELECT pg_temp.try($$SELECT idem_machine_drop('gh_look')$$) AS drop_despite_look_alikes;
+SELECT idem_machine_define('gh_look', '{"initial": ["new"], "transitions": {"new": ["paid"]}}');
+SET ROLE regress_gh_app;
+SELECT pg_temp.try($$SELECT idem_unguard('gh_look', 'status')$$) AS unguard_look_alike;
+CREATE TABLE gh_look_parent (id int, status text, other text);
+CREATE TABLE gh_look_child () INHERITS (gh_look_parent);
+CREATE TRIGGER c1 AFTER UPDATE ON gh_look_child FOR EACH ROW
+    WHEN ((NOT idem_guard_allows('gh_look'::pg_catalog.text, (OLD.other)::pg_catalog.text,
+                                 (NEW.other)::pg_catalog.text)))
+    EXECUTE FUNCTION idem_guard_trigger('gh_look', 'status', '', 'check');
+SELECT pg_temp.try($$SELECT idem_guard('gh_look_parent', 'status', 'gh_look')$$) AS parent_of_look_alike;
+RESET ROLE;
+DROP TABLE gh_look, gh_look_parent, gh_look_child;
+SELECT idem_machine_drop('gh_look');
 
 --------------------------------------------------------------------------
 -- 7. idem_machines read through a checked column: a DBA who retypes the

@@ -3,27 +3,21 @@
  * citus.c
  *	  What the extension needs to know about Citus, read from Citus's own
  *	  catalogs (pg_dist_partition, pg_dist_shard, pg_dist_local_group) without
- *	  linking to Citus: is a table managed by Citus (and how it is
- *	  distributed), is a relation a shard of a given table, which local
- *	  relation is this node's placement of a reference table's shard or of
- *	  the shard co-located with another (same shardminvalue; its name made
- *	  as Citus's AppendShardIdToName makes it), is this node the
- *	  coordinator; and the errors for what does not hold on Citus yet
- *	  (docs/citus.md).
+ *	  linking to Citus: is a table managed by Citus and how it is distributed,
+ *	  is a relation a shard of a given table, which local relation is this
+ *	  node's placement of a reference table's shard or of the shard co-located
+ *	  with another (same shardminvalue, named as Citus's AppendShardIdToName
+ *	  names it), is this node the coordinator; and the errors for what does not
+ *	  work on Citus yet (docs/citus.md).
  *
- *	  Without the citus extension in the database every question answers
- *	  false after one syscache look-up (get_extension_oid), and nothing is
- *	  refused.
+ *	  Without the citus extension in the database every question answers false
+ *	  after one syscache look-up (get_extension_oid), and nothing is refused.
  *
- *	  Locking: each catalog is opened with AccessShareLock for the scan and
- *	  closed at once.  Memory: the caller's context; nothing is kept.
- *	  Callers cache answers where they are on a hot path (claim_direct.c keeps
- *	  whether idem_records is a Citus table with its OID).
- *
- *	  This file calls no other file of src/: claim_direct.c, claim_citus_local.c,
- *	  lease.c (idem_refuse_citus_worker_tokens), guard.c,
- *	  guard_install.c, guard_cache.c, guard_trigger.c and machine_cache.c
- *	  call it.
+ *	  Locking: each catalog is opened with AccessShareLock for one scan and
+ *	  closed at once.  Memory: the caller's context; nothing is kept here, so a
+ *	  caller on a hot path caches the answer itself, until a relcache
+ *	  invalidation of the table (Citus sends one whenever a table's
+ *	  pg_dist_partition row changes).
  *
  *-------------------------------------------------------------------------
  */

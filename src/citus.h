@@ -1,10 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * citus.h
- *	  What Citus's catalogs say (citus.c; false everywhere without Citus),
- *	  and the fast path on this node's shard of a key (claim_citus_local.c).
- *	  Used by claim_direct.c, token.c, records.c and the state machine and guard
- *	  files.
+ *	  What Citus's catalogs say (citus.c; false everywhere without Citus), and
+ *	  the fast path on this node's shard of a key (claim_citus_local.c).
  *
  *-------------------------------------------------------------------------
  */

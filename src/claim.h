@@ -1,14 +1,14 @@
 /*-------------------------------------------------------------------------
  *
  * claim.h
- *	  Deciding one key: what claim.c (the decision), claim_direct.c (the fast
- *	  path's mechanism), claim_table.c (is idem_records as installed?),
- *	  batch.c and lease.c (the other callers of the decision) share.
+ *	  Deciding one key: what the decision (claim.c), the fast path's mechanism
+ *	  (claim_direct.c), the check of idem_records as installed (claim_table.c)
+ *	  and the other callers of the decision share.
  *
  *	  A claim is decided in two places, tried in this order:
  *	    idem_claim_fast / idem_claim_fast_through (claim.c): the fast path
- *	      (claim_direct.c) without SPI: IDEM_CLAIM_ACQUIRED, IDEM_CLAIM_DUPLICATE
- *	      or IDEM_CLAIM_UNDECIDED, which means "take the SQL path";
+ *	      (claim_direct.c) without SPI: IDEM_CLAIM_ACQUIRED,
+ *	      IDEM_CLAIM_DUPLICATE or IDEM_CLAIM_UNDECIDED ("take the SQL path");
  *	    idem_claim_spi (claim.c): the SQL path through SPI, with the
  *	      statements of an IdemClaimPlan; always decides.
  *

@@ -1,60 +1,40 @@
 /*-------------------------------------------------------------------------
  *
  * claim_citus_local.c
- *	  The fast claim path on a Citus node that holds the key's shard.  With
- *	  idem_records distributed by key, Citus runs each statement of a
- *	  claim on a worker by planning it for the distributed table, deparsing
- *	  it for the shard and planning it again (local execution); that costs
- *	  more than the claim itself.  When the node running idem_claim holds
- *	  the only placement of the key's shard (a call that Citus delegated to
- *	  the worker, see idem_distribute, or a call made on that worker), the
- *	  claim instead writes into the shard relation idem_records_<shardid>
- *	  through claim_direct.c's speculative insertion, as it does on one node.
+ *	  The fast claim path on a Citus node that holds the key's shard.  Citus
+ *	  runs each statement of a claim on a worker by planning it for the
+ *	  distributed table, deparsing it for the shard and planning it again,
+ *	  which costs more than the claim.  When this node holds the only
+ *	  placement of the key's shard (a call Citus delegated here, see
+ *	  idem_distribute, or one made on that worker), the claim instead writes
+ *	  into the shard relation idem_records_<shardid> through claim_direct.c.
  *
- *	  What makes that as safe as Citus's own local execution, which it
- *	  replaces, step by step as Citus's executor does it:
- *	  - the shard is found from the key as Citus finds it: the hash of the
- *	    key with the column's hash function and collation (hashtext, "C"),
- *	    and the shard of pg_dist_shard whose range holds it;
- *	  - Citus's shard metadata lock (LockShardDistributionMetadata, taken
- *	    in ShareLock by every Citus write, in ExclusiveLock by shard moves
- *	    and splits while they block writes) is taken before the placement
- *	    is trusted; then invalidations are accepted, so a move that
- *	    committed before is seen, and one that starts after waits for this
- *	    transaction;
- *	  - the placement must be the shard's only one and on this node's group
- *	    (pg_dist_placement, pg_dist_local_group);
- *	  - the transaction's local execution status becomes "required"
- *	    (SetLocalExecutionStatus), as after Citus's own local write, so a
- *	    later statement of the transaction on that shard runs locally and
- *	    sees the record; when Citus already reached this node's placements
- *	    over a connection in the transaction (status "disabled"), the fast
- *	    path declines instead.
- *	  The three Citus functions are found with load_external_function in
- *	  the citus library already loaded (shared_preload_libraries), only for
- *	  Citus 13 (the version whose signatures were read: pg_extension's
- *	  extversion "13.x"), and only when citus.enable_local_execution is on.
- *	  Otherwise, or for anything unexpected, the claim runs as SQL through
- *	  Citus, which is always correct.  Citus built for PostgreSQL 16 and
- *	  later exports none of the three (PGXS compiles modules with
- *	  -fvisibility=hidden there, and only Citus's SQL-callable functions
- *	  are marked for export), so there the fast path always declines.
+ *	  It is as safe as the local execution it replaces by doing, in order:
+ *	  - find the shard from the key as Citus does (hashtext with collation
+ *	    "C", the range of pg_dist_shard that holds the hash);
+ *	  - take Citus's shard metadata lock (LockShardDistributionMetadata:
+ *	    ShareLock by every write, ExclusiveLock by moves and splits) before
+ *	    trusting the placement, then accept invalidations: a move committed
+ *	    before is seen, one that starts after waits for this transaction;
+ *	  - require the shard's only placement, on this node's group;
+ *	  - set the local execution status to "required", as Citus's own local
+ *	    write does, so later statements on that shard run locally and see the
+ *	    record; if Citus already reached this node's placements over a
+ *	    connection (status "disabled"), decline.
+ *	  The three Citus functions come from load_external_function, for Citus 13
+ *	  only (extversion "13.x", whose signatures were read) and with
+ *	  citus.enable_local_execution on; Citus built for PostgreSQL 16 and later
+ *	  exports none of them (-fvisibility=hidden), so there the path always
+ *	  declines.  Declining, or anything unexpected, leaves the claim to SQL
+ *	  through Citus, which is always correct.
  *
- *	  Cache: the shard ranges of idem_records and whether each shard's
- *	  only placement is local, read from Citus's catalogs once and kept in
- *	  TopMemoryContext until a relcache invalidation of idem_records (Citus
- *	  sends one whenever the table's shards or placements change) or of
- *	  all relations.
- *
- *	  Locking: the metadata lock (ShareLock) and the shard relation's
- *	  RowExclusiveLock are held to the end of the transaction, as by
- *	  Citus's local execution of an INSERT.  Catalogs are read with
- *	  AccessShareLock, released at once.  Visibility: the catalogs are read
- *	  with a catalog snapshot taken after the metadata lock.
- *
- *	  claim_direct.c calls this file; it calls only citus.c (partition, local
- *	  group, Citus's shard names) and relcache.c (its cache of shard
- *	  ranges subscribes at load, idem_citus_local_init).
+ *	  Cache: the shard ranges of idem_records and whether each shard's only
+ *	  placement is local, in TopMemoryContext until a relcache invalidation of
+ *	  idem_records (Citus sends one when its shards or placements change) or
+ *	  of all.  Locking: the metadata ShareLock and the shard's RowExclusiveLock
+ *	  are held to transaction end, as by Citus's local INSERT; catalogs are
+ *	  read with AccessShareLock, released at once, under a catalog snapshot
+ *	  taken after the metadata lock.
  *
  *-------------------------------------------------------------------------
  */

@@ -1,105 +1,40 @@
 /*-------------------------------------------------------------------------
  *
  * claim_direct.c
- *	  The fast path of idem_claim: the executor's speculative insertion
- *	  (the mechanism behind INSERT ... ON CONFLICT DO NOTHING), called
- *	  directly instead of through SPI, and a duplicate's record read from
- *	  the conflicting tuple itself.
+ *	  The fast path of idem_claim: the executor's speculative insertion (what
+ *	  INSERT ... ON CONFLICT DO NOTHING runs) without SPI's statement per step,
+ *	  and a duplicate's record read from the conflicting tuple itself.
  *
- *	  Why: a claim through SPI runs a whole statement (plan cache lookup,
- *	  executor start and end, a snapshot, a portal) inside the caller's
- *	  statement, and a duplicate runs two (the INSERT that meets the
- *	  conflict, then a SELECT that reads the row).  Here one call opens the
- *	  table and its indexes, probes the primary key, and either inserts the
- *	  record or reads the one that is there.
+ *	  Rule: the semantics are the SPI path's (claim.c), step by step.  The
+ *	  primary key is probed with a dirty snapshot, waiting for a writer of the
+ *	  same key under lock_timeout and statement_timeout; the tuple is inserted
+ *	  with a speculative token, and a conflict found at index insertion kills
+ *	  it and starts again, as ExecInsert does.  A record to take over is left
+ *	  to the SPI path, whose UPDATE re-checks the newest row version.
+ *	  Constraints are checked once, before the first insertion; their
+ *	  evaluation is skipped only when the install script's status CHECK is
+ *	  the only CHECK and every NOT NULL column has a value.  A NULL read where
+ *	  the install script has NOT NULL is spi_read.c's 55000.
  *
- *	  Semantics are those of the SPI path in claim.c, step by step:
- *	  ExecCheckIndexConstraints probes the primary key with a dirty
- *	  snapshot, waiting for a transaction that is inserting or deleting the
- *	  same key (honouring lock_timeout and statement_timeout), exactly as
- *	  ON CONFLICT's pre-check does; with no conflict the tuple is inserted
- *	  with a speculative token and its index entries are made, and a
- *	  conflict found only then (a concurrent inserter won the race) kills
- *	  the tuple and starts again, as ExecInsert does.  A conflicting record
- *	  is committed, or this transaction's own: the caller decides with the
- *	  same rules as the SPI path whether it is a duplicate; a record that
- *	  can be taken over is left to the SPI path, whose UPDATE re-checks the
- *	  condition on the newest row version.
+ *	  It declines (idem_direct_open returns NULL; the caller takes the SPI
+ *	  path, always correct) when idempotency.direct_claim is off; under
+ *	  REPEATABLE READ or SERIALIZABLE (40001, predicate locks); for a role
+ *	  without table-wide INSERT and SELECT, or under row-level security; when
+ *	  idem_records is not an ordinary table as installed (claim_table.c);
+ *	  when Citus manages it, but for one key on its shard's node
+ *	  (claim_citus_local.c).
  *
- *	  Constraints: checked once before the first insertion, as an INSERT
- *	  checks them, and not for a duplicate.  PostgreSQL re-reads and
- *	  compiles a CHECK's stored expression at every insertion; the CHECK
- *	  the extension puts on status (idem_status_is_valid(status)) accepts
- *	  the 'claimed' inserted here, so when it is the only CHECK and every
- *	  NOT NULL column has a value, evaluating is skipped.  Any other
- *	  constraint is evaluated with ExecConstraints, with its usual error.
- *	  (claim_table.c answers these questions about the table.)
- *
- *	  Reading a conflicting record: its columns are of the install
- *	  script's types (the open checked them), but a DBA may have dropped a
- *	  NOT NULL and written a NULL; that record fails with the 55000 the SPI
- *	  path's checked read raises (spi_read.c), not a guess.
- *
- *	  When the fast path declines (the caller then takes the SPI path,
- *	  which is always correct): idempotency.direct_claim is off;
- *	  REPEATABLE READ and SERIALIZABLE (the SPI path raises 40001 on a
- *	  record committed after the snapshot, and takes SSI's predicate
- *	  locks); a role without table-wide INSERT and SELECT on idem_records
- *	  (the executor's permission check below, ExecCheckRTPerms or
- *	  ExecCheckPermissions, says no: SPI then raises the permission error,
- *	  or uses column privileges);
- *	  row-level security in force for the role; triggers, rules, stored
- *	  generated columns, column defaults or a column layout other than the
- *	  extension's on idem_records (a DBA's change must behave as plain SQL
- *	  would; claim_table.c); an idem_records that is not an ordinary
- *	  table; an
- *	  idem_records that Citus manages (a distributed, reference or Citus
- *	  local table: a row of pg_catalog.pg_dist_partition), whose local
- *	  relation is a shell without the data (the SPI path's SQL is routed
- *	  by Citus to the shard) -- but for a single key on the node that
- *	  holds its shard, where the fast path writes into the shard relation
- *	  instead (claim_citus_local.c says when and how that is safe).
- *
- *	  Permissions: every open runs the executor's own permission check for
- *	  INSERT and SELECT of the columns it writes and reads, so
- *	  ExecutorCheckPerms_hook (pgaudit's object audit, sepgsql) sees a
- *	  direct claim as it sees the INSERT of the SPI path.
- *
- *	  Locking: the table is opened with RowExclusiveLock, as an INSERT
- *	  does, and kept until the end of the transaction; its indexes are
- *	  opened by ExecOpenIndices (RowExclusiveLock).  The speculative
- *	  insertion lock is held only between the heap insertion and the index
- *	  insertions.
- *
- *	  Catalog: the OID of idem_records is looked up by name once per
- *	  backend and kept until a relcache invalidation of that table (or of
- *	  all); a table dropped meanwhile is noticed when opening it.  Whether
- *	  Citus manages it is found at the same time and kept as long (Citus
- *	  invalidates a table's relcache entry whenever its pg_dist_partition
- *	  row changes; without the citus extension it costs one look-up in
- *	  pg_extension per invalidation).  The privilege, row-level security
- *	  and layout checks are made at every open, as an INSERT makes them at
- *	  every statement.
- *
- *	  Visibility: the new tuple carries the current command id, which is
- *	  marked used, so the next CommandCounterIncrement (the next statement,
- *	  or SPI's next writing statement, such as idem_complete's in the same
- *	  statement) makes it visible; the dirty-snapshot probe of a later call
- *	  sees it at once, so a second claim of the same key in one statement is
- *	  a duplicate, as with SPI.
- *
- *	  Memory: everything is allocated in a private executor state, freed
- *	  before returning; the existing record's values that are handed back
- *	  are copied into the caller's memory context.
- *
- *	  Interface: idem_direct_open (NULL: the fast path declines),
- *	  idem_direct_insert (inserted, or the conflicting record's state),
- *	  idem_direct_close; claim.c decides what they found.  Calls
- *	  claim_table.c, citus.c, claim_citus_local.c, spi_read.c (the 55000 of a
- *	  NULL) and relcache.c (the cached OID subscribes at load,
- *	  idem_direct_init, which also defines idempotency.direct_claim).
- *	  Called by claim.c, and for idem_records_citus by batch.c, lease.c
- *	  and records.c.
+ *	  Every open runs the executor's permission check, so
+ *	  ExecutorCheckPerms_hook (pgaudit, sepgsql) sees an INSERT.  Locking:
+ *	  RowExclusiveLock on the table and its indexes to transaction end; the
+ *	  speculative insertion lock only between heap and index insertion.
+ *	  Cache: the OID of idem_records, and whether Citus manages it, until a
+ *	  relcache invalidation of it or of all; privileges, row security and
+ *	  layout are checked at every open.  Visibility: the tuple carries the
+ *	  current command id, marked used, so the next CommandCounterIncrement
+ *	  shows it, and a later probe in the same statement sees it at once (a
+ *	  duplicate, as with SPI).  Memory: a private executor state freed before
+ *	  returning; values handed back are copied out.
  *
  *-------------------------------------------------------------------------
  */

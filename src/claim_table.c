@@ -1,21 +1,18 @@
 /*-------------------------------------------------------------------------
  *
  * claim_table.c
- *	  Is idem_records as the install script made it?  The questions the
- *	  fast claim path (claim_direct.c) asks of the table before it writes into it
+ *	  Is idem_records as the install script made it?  The questions the fast
+ *	  claim path (claim_direct.c) asks of the table before it writes into it
  *	  without SQL: its shape (kind, columns, defaults, triggers, rules), its
- *	  constraints, and its primary key.  Any change a DBA makes to the table
- *	  that a plain INSERT would honour makes one of them say no, and the
- *	  claim then runs as SQL.
+ *	  constraints and its primary key.  Rule: any change a DBA makes that a
+ *	  plain INSERT would honour must make one of them say no, so that the
+ *	  claim runs as SQL.
  *
- *	  Memory: the stored forms of the extension's own status CHECK and of
- *	  the attempts default are kept in TopMemoryContext once seen, and the
- *	  CHECK's is forgotten when any function changes (syscache callback), so
- *	  a replaced idem_status_is_valid is looked at again.  Everything else
- *	  is read from the relcache entry the caller holds open; nothing is
- *	  locked here.
- *
- *	  This file calls no other file of src/; claim_direct.c calls it.
+ *	  Memory: the stored forms of the extension's status CHECK and of the
+ *	  attempts default are kept in TopMemoryContext once seen; the CHECK's is
+ *	  forgotten when any function changes (a syscache callback on pg_proc), so
+ *	  a replaced idem_status_is_valid is looked at again.  Everything else is
+ *	  read from the relcache entry the caller holds open.  Locking: none here.
  *
  *-------------------------------------------------------------------------
  */

@@ -2,9 +2,10 @@
  *
  * guard.h
  *	  Table guards: the installer (guard.c, guard_install.c), the per-backend
- *	  cache of guard triggers (guard_cache.c), the trigger and the WHEN
- *	  helper (guard_trigger.c) and the trigger's errors (guard_error.c).
- *	  A GuardEntry is guard_cache.c's entry for one trigger.
+ *	  cache of guard triggers (guard_cache.c), what a real guard trigger is
+ *	  (guard_shape.c), the trigger and the WHEN helper (guard_trigger.c) and
+ *	  the trigger's errors (guard_error.c).  A GuardEntry is guard_cache.c's
+ *	  entry for one trigger.
  *
  *-------------------------------------------------------------------------
  */

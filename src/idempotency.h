@@ -1,26 +1,20 @@
 /*-------------------------------------------------------------------------
  *
  * idempotency.h
- *	  The shared header of the idempotency extension: its SQLSTATEs,
- *	  limits and record statuses, and the few interfaces that nearly every
- *	  file uses (the argument checks, the relcache dispatcher, prepared
- *	  statements, shard keys, statistics), and the init functions that
- *	  module.c's _PG_init calls (those of claim.c, claim_direct.c, claim_citus_local.c,
- *	  machine_cache.c and guard_cache.c are in their concern's header).
+ *	  The shared header of the idempotency extension: its SQLSTATEs, limits and
+ *	  record statuses, the few interfaces nearly every file uses (argument
+ *	  checks, the relcache dispatcher, prepared statements, shard keys,
+ *	  statistics), and the init functions _PG_init calls that have no header
+ *	  of their own concern.  Rule: it stays under 200 lines (make lint).
  *
  *	  What only some files share has a header of its own, by concern:
- *	    claim.h    deciding one key: claim.c, claim_direct.c, claim_table.c,
- *	               batch.c, lease.c, records.c, claim_citus_local.c
- *	    citus.h    Citus's catalogs (citus.c) and the fast path on a shard
- *	               (claim_citus_local.c)
- *	    machine.h  state machines: machine.c, machine_parse.c,
- *	               machine_compile.c (machine_draft.h between those two),
- *	               machine_cache.c, transition.c, the guard files
- *	    guard.h    table guards: guard.c, guard_install.c, guard_cache.c,
- *	               guard_trigger.c, guard_error.c
+ *	    claim.h    deciding one key
+ *	    citus.h    Citus's catalogs and the fast path on a shard
+ *	    machine.h  state machines (machine_draft.h: parsing to compiling only)
+ *	    guard.h    table guards
  *	    spi_read.h checked reads of idem_records from SPI results
  *	    compat.h   every difference between PostgreSQL 15 and 19
- *	  docs/internals.md maps the files in the order a call walks them.
+ *	  docs/internals.md maps the files and which calls which.
  *
  *-------------------------------------------------------------------------
  */

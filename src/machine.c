@@ -1,29 +1,23 @@
 /*-------------------------------------------------------------------------
  *
  * machine.c
- *	  The questions asked of a compiled state machine (is it a state, is
- *	  it initial, is a transition declared, the lists and hints for
- *	  messages), the check of a machine's name, and THE rule of a table
- *	  guard: idem_guard_verdict, which both the WHEN condition
- *	  (idem_guard_allows) and the trigger explaining a refusal
- *	  (guard_trigger.c) ask.  Calls no other file of src/; called by
- *	  machine_cache.c, transition.c, guard.c, guard_cache.c,
- *	  guard_trigger.c and guard_error.c.
+ *	  The questions asked of a compiled state machine (is it a state, is it
+ *	  initial, is a transition declared, the lists and hints for messages),
+ *	  the check of a machine's name, and THE rule of a table guard:
+ *	  idem_guard_verdict, which both the WHEN condition (idem_guard_allows)
+ *	  and the trigger that explains a refusal ask, so they cannot disagree.
  *
- *	  A check is two name searches and one index search: no catalog
- *	  access, no SPI, no locks, no allocation (the lists for messages
- *	  allocate in the caller's context).  Messages list at most
- *	  STATE_LIST_NAMES names (and about STATE_LIST_BYTES bytes), then
- *	  "and N more".
+ *	  Cost: a check is two name searches and one index search: no catalog
+ *	  access, no SPI, no lock, no allocation (the lists for messages allocate
+ *	  in the caller's context).  Messages list at most STATE_LIST_NAMES names
+ *	  (and about STATE_LIST_BYTES bytes), then "and N more".  Compiling
+ *	  (machine_parse.c, machine_compile.c) is near-linear and cancellable,
+ *	  within IDEM_MAX_MACHINE_STATES and IDEM_MAX_MACHINE_TRANSITIONS.
  *
- *	  Compiling a definition (near-linear in its size and cancellable,
- *	  within IDEM_MAX_MACHINE_STATES and IDEM_MAX_MACHINE_TRANSITIONS) is
- *	  machine_parse.c's and machine_compile.c's; their headers say how.
- *
- *	  Visibility: a compiled machine is a value; which definition it was
- *	  compiled from, and when that is replaced, is machine_cache.c's
- *	  concern.  Memory: a machine lives in a memory context of its own
- *	  (idem_machine_free, idem_machine_set_parent).
+ *	  Visibility: a compiled machine is a value; which definition it came
+ *	  from, and when that is replaced, is machine_cache.c's concern.  Memory:
+ *	  a machine lives in a memory context of its own (idem_machine_free,
+ *	  idem_machine_set_parent).
  *
  *-------------------------------------------------------------------------
  */

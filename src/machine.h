@@ -1,10 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * machine.h
- *	  State machines: a definition compiled (machine_compile.c), the
- *	  questions a compiled machine answers and THE rule of a guard
- *	  (machine.c), and the per-backend cache of compiled machines
- *	  (machine_cache.c).  Used by transition.c and the guard files.
+ *	  State machines: a definition compiled (machine_compile.c), the questions
+ *	  a compiled machine answers and THE rule of a guard (machine.c), and the
+ *	  per-backend cache of compiled machines (machine_cache.c).
  *
  *-------------------------------------------------------------------------
  */

@@ -2,66 +2,39 @@
  *
  * machine_cache.c
  *	  The per-backend cache of compiled state machines (idem_machine_get),
- *	  loaded from the table idem_machines, the trigger on that table
- *	  (idem_machines_trigger) that validates what is stored and tells every
- *	  backend to drop its cache, and the machine named by the first
- *	  argument of a SQL call (idem_machine_of_call, cached in fn_extra:
- *	  transition.c's functions and idem_guard_allows).
+ *	  loaded from idem_machines; the trigger on that table, which validates
+ *	  what is stored and invalidates every backend's cache; and the machine of
+ *	  a SQL call's first argument (idem_machine_of_call, kept in fn_extra).
  *
- *	  Calls: machine_compile.c (a definition compiled), machine.c,
- *	  citus.c (the local placement), query.c, relcache.c (the cache
- *	  subscribes at load, idem_machine_cache_init).  Called by
- *	  transition.c, guard.c, guard_cache.c and guard_trigger.c.
+ *	  Cache: name -> compiled machine, a dynahash in CacheMemoryContext, each
+ *	  machine in a context of its own, compiled on first use from the
+ *	  definition read through SPI with the latest snapshot.  On Citus, once
+ *	  idem_machines is a reference table, it is read from this node's
+ *	  placement by a heap scan under the same snapshot rules: a guard's
+ *	  trigger runs on a shard, where Citus refuses a query on a Citus table.
+ *	  Every placement holds every committed definition, and the statement
+ *	  trigger fires on each.  Without a local placement (a coordinator
+ *	  outside the metadata): SPI.
  *
- *	  Cache: machine name -> compiled machine (machine.c), in a dynahash in
- *	  CacheMemoryContext; each machine has its own memory context.  A
- *	  machine is compiled on first use in a backend from the definition read
- *	  through SPI with the latest snapshot.
+ *	  Invalidation: every change of idem_machines (define, drop, direct DML
+ *	  through the statement trigger) registers a relcache invalidation of it,
+ *	  received by other backends after the commit and by ours at the next
+ *	  command.  The callback drops the whole cache and bumps
+ *	  idem_machine_generation, which holders of machine pointers (fn_extra,
+ *	  guard_cache.c's entries) compare before each use.  A definition read
+ *	  with a snapshot older than an invalidation processed during the read is
+ *	  used once, not cached; in parallel mode the query's snapshot is used and
+ *	  nothing is cached beyond the query.  Visibility: like catalog entries,
+ *	  definitions take effect by commit order, not by the caller's snapshot:
+ *	  another session's from the next transaction on, one's own at once.
  *
- *	  Citus: once idem_distribute() made idem_machines a reference table,
- *	  the definition is read from this node's placement of it
- *	  (idem_machines_<shard id>, found by citus.c in pg_dist_shard) with a
- *	  heap scan under the same snapshot rules, not through SPI: a guard's
- *	  trigger runs on a shard, where reading a Citus table through SQL
- *	  would be a distributed query from a query on a shard, which Citus
- *	  refuses.  A reference table is written on all its placements in one
- *	  distributed transaction, so the local placement holds every committed
- *	  definition; the statement trigger below fires on each placement and
- *	  invalidates the caches of that node.  Without a local placement (a
- *	  coordinator outside the metadata), SPI as before.
- *
- *	  Invalidation: every change of idem_machines (idem_machine_define,
- *	  idem_machine_drop, and any direct DML through a statement trigger)
- *	  registers a relcache invalidation of idem_machines.  It is
- *	  transactional: other backends receive it after the commit, at their
- *	  next transaction start or lock acquisition; our own backend at the
- *	  next command (and on abort).  A relcache callback drops the whole
- *	  cache and bumps idem_machine_generation, which holders of machine
- *	  pointers (fn_extra of idem_machine_of_call, trigger entries in
- *	  guard_cache.c) compare before each use.  A definition read with a
- *	  snapshot older than an invalidation processed during the read is used
- *	  once and not cached, so the cache never keeps a definition older than
- *	  a change it has been told about.  In parallel mode (where the latest
- *	  snapshot cannot be taken) the query's snapshot is used and nothing is
- *	  cached beyond the query.
- *
- *	  Visibility: like catalog entries, definitions take effect by commit
- *	  order, not by the caller's snapshot: a session sees another's
- *	  committed redefinition from its next transaction on (sooner if it
- *	  takes a new lock), and its own uncommitted definition at once.
- *
- *	  Memory and pins: the cache lives in CacheMemoryContext.  A callback
- *	  never frees a machine: it moves the cached machines under
- *	  retired_cxt, so a caller that still holds one (a function whose
- *	  argument detoasting, SPI call or lock took the invalidation) keeps a
- *	  valid machine until it is done.  Retired machines are freed when no
- *	  caller holds a pin (idem_machine_pin/idem_machine_unpin count the
- *	  holders, nested calls included) and at every transaction end, where
- *	  no call of ours can be running: after an error the count is not
- *	  decremented, and transaction end puts it back to zero.  Invariant
- *	  (a contributor must keep it): a machine pointer used across anything
- *	  that may accept invalidations (detoasting, SPI, catalog access, a
- *	  lock, user code) is pinned for that time.
+ *	  Pins: a callback never frees a machine; it moves the cached ones under
+ *	  retired_cxt, freed when no pin is held (idem_machine_pin and
+ *	  idem_machine_unpin count holders, nested calls included) and at every
+ *	  transaction end, which also resets the count after an error.
+ *	  Invariant: a machine pointer used across anything that may accept
+ *	  invalidations (detoasting, SPI, catalog access, a lock, user code) is
+ *	  pinned for that time.
  *
  *-------------------------------------------------------------------------
  */

@@ -1,37 +1,31 @@
 /*-------------------------------------------------------------------------
  *
  * machine_compile.c
- *	  Compiling a state machine definition (idem_machine_compile): a jsonb
- *	  object {"initial": [...], "transitions": {"state": [...], ...}},
- *	  read into a Draft by machine_parse.c, then interned (every name
- *	  numbered once), checked (no state twice, every state reachable) and
- *	  turned into the compiled form machine.h describes.  Called by
- *	  transition.c (idem_machine_define) and machine_cache.c (loading a
- *	  machine, and the row trigger on idem_machines, so that a direct
- *	  INSERT or UPDATE, or a restore, cannot store a malformed machine
- *	  either).  Calls machine_parse.c only.
+ *	  Compiling a state machine definition (idem_machine_compile): the jsonb
+ *	  {"initial": [...], "transitions": {"state": [...], ...}}, read into a
+ *	  Draft by machine_parse.c, then interned (every name numbered once),
+ *	  checked (no state twice, every state reachable) and built into the form
+ *	  machine.h describes.  Every definition stored in idem_machines goes
+ *	  through it, also a direct INSERT, UPDATE or restore (the row trigger),
+ *	  so no malformed machine is stored.
  *
- *	  Size: a machine has at most IDEM_MAX_MACHINE_STATES states and
- *	  IDEM_MAX_MACHINE_TRANSITIONS transitions (54000 beyond).  The
- *	  transitions, the initial states and the keys are counted from the
- *	  jsonb headers before any name is read, so that what is sorted is
- *	  bounded whatever the definition; the states exactly once interned.
+ *	  Size: at most IDEM_MAX_MACHINE_STATES states and
+ *	  IDEM_MAX_MACHINE_TRANSITIONS transitions (54000 beyond), counted from the
+ *	  jsonb headers before any name is read, so that what is sorted is bounded
+ *	  whatever the definition.
  *
- *	  Invariant: per-element work in compiles is near-linear and
- *	  cancellable.  Every loop over the elements of a definition is O(n)
- *	  or O(n log n) in its size (names are interned by one merge sort, so
- *	  no input is a worst case; no per-source work is sized by the number
- *	  of states: one array of marks serves every source; the sorted
- *	  targets come from a counting sort), and calls CHECK_FOR_INTERRUPTS,
- *	  so that statement_timeout and pg_cancel_backend stop a compile at
- *	  once.
+ *	  Invariant: the work is near-linear and cancellable.  Every loop over the
+ *	  elements of a definition is O(n) or O(n log n) in its size (names are
+ *	  interned by one merge sort, so no input is a worst case; no per-source
+ *	  work is sized by the number of states: one array of marks serves every
+ *	  source; targets are sorted by a counting sort) and calls
+ *	  CHECK_FOR_INTERRUPTS, so statement_timeout and pg_cancel_backend stop a
+ *	  compile at once.
  *
- *	  Locking and visibility: none; a compiled machine is a value.
- *
- *	  Memory: compiling works in a memory context of its own under the
- *	  caller's, deleted when the compile ends; the compiled machine lives
- *	  in a memory context of its own (idem_machine_free,
- *	  idem_machine_set_parent), so a cache can keep it or drop it whole.
+ *	  Locking and visibility: none; a compiled machine is a value.  Memory:
+ *	  the work in a context of its own under the caller's, deleted when the
+ *	  compile ends; the machine in a context of its own (idem_machine_free,
+ *	  idem_machine_set_parent), so a cache keeps or drops it whole.
  *
  *-------------------------------------------------------------------------
  */

@@ -1,17 +1,16 @@
 /*-------------------------------------------------------------------------
  *
  * machine_parse.c
- *	  Reading a state machine definition, a jsonb object {"initial":
- *	  [...], "transitions": {"state": [...], ...}}, into a Draft
- *	  (machine_draft.h): its form checked (22023, with a detail saying
- *	  exactly what is wrong), its sizes counted from the jsonb headers
- *	  before any name is read (54000 beyond IDEM_MAX_MACHINE_STATES or
- *	  IDEM_MAX_MACHINE_TRANSITIONS), every name an occurrence pointing into
- *	  the jsonb.  Called by machine_compile.c only; calls no other file.
+ *	  Reading a state machine definition, the jsonb {"initial": [...],
+ *	  "transitions": {"state": [...], ...}}, into a Draft (machine_draft.h):
+ *	  its form checked (22023, with a detail saying exactly what is wrong),
+ *	  its sizes counted from the jsonb headers before any name is read (54000
+ *	  beyond IDEM_MAX_MACHINE_STATES or IDEM_MAX_MACHINE_TRANSITIONS), every
+ *	  name an occurrence pointing into the jsonb.
  *
- *	  Invariant: every loop over the elements of a definition is linear
- *	  in its size and calls CHECK_FOR_INTERRUPTS.  Locking, visibility:
- *	  none.  Memory: in the compile's work context (machine_compile.c).
+ *	  Invariant: every loop over the elements of a definition is linear in its
+ *	  size and calls CHECK_FOR_INTERRUPTS.  Locking and visibility: none.
+ *	  Memory: the compile's work context (machine_compile.c).
  *
  *-------------------------------------------------------------------------
  */

@@ -1,54 +1,40 @@
 /*-------------------------------------------------------------------------
  *
  * query.c
- *	  A per-backend cache of prepared SPI plans for the SQL the extension
- *	  runs against its own tables, the lookup of the schema the extension
- *	  is installed in, and the plumbing every SQL-running function shares:
- *	  idem_spi_connect, and the setup of a materialized set-returning
- *	  result (idem_check_srf, idem_srf_begin: InitMaterializedSRF, whose
- *	  tuplestore and descriptor live in the query's per-query context, so
- *	  rows built in SPI's memory are copied into it).  Calls no other file
- *	  of src/ but shard.c.
+ *	  A per-backend cache of prepared SPI plans for the SQL the extension runs
+ *	  on its own tables, the lookup of the extension's schema, and what every
+ *	  SQL-running function shares: idem_spi_connect, and the setup of a
+ *	  materialized set-returning result (idem_check_srf, idem_srf_begin: the
+ *	  tuplestore lives in the per-query context, so rows built in SPI's memory
+ *	  are copied into it).
  *
- *	  Shard keys: a statement marked rewritten_per_shard
- *	  (IDEM_REWRITTEN_PER_SHARD: it addresses one record by $1 scope and
- *	  $2 key) is prepared from idem_shard_rewrite's text, not its own, while
- *	  idem_records has a shard_key column (shard.c), with the key as one
- *	  more parameter, and the plan remembers the key's type; it is prepared
- *	  again when the column comes or goes.  Executing it passes the F_at
- *	  call's current shard key, or fails with 55000 when there is none.
+ *	  Why: idem_claim and friends run once per business transaction, so they
+ *	  must not parse, plan or scan catalogs per call: each statement is
+ *	  prepared once per backend, and the plan cache replans it as needed.
  *
- *	  Why: idem_claim and friends run once per business transaction, so
- *	  they must not parse, analyse or plan SQL, nor scan catalogs, on every
- *	  call.  Each statement is prepared once per backend (SPI_prepare +
- *	  SPI_keepplan); the plan cache then replans by itself when the tables
- *	  it depends on change.
+ *	  Search path: every statement names the extension's schema ("@extschema@"
+ *	  becomes the quoted name of the schema of the *calling function*) and
+ *	  every operator, function and type with pg_catalog, so nothing in the
+ *	  caller's search_path changes what runs.
  *
- *	  Search path safety: every statement names the extension's schema
- *	  explicitly (the "@extschema@" placeholder is replaced by the quoted
- *	  name of the schema the *calling function* lives in) and every
- *	  operator, function and type with pg_catalog, so objects in the
- *	  caller's search_path cannot change what runs.
+ *	  Schema cache: function OID -> schema OID, a small direct-mapped table
+ *	  cleared by a syscache callback on pg_proc (so DROP EXTENSION, then
+ *	  CREATE EXTENSION in another schema, is seen at once); a plan of another
+ *	  schema than the caller's is prepared again.  The schema's name is in each
+ *	  plan's text, so a callback on pg_namespace (ALTER SCHEMA ... RENAME)
+ *	  marks every plan stale, prepared again on its next use.  Rule: a
+ *	  callback only writes that mark; a plan is never freed in an invalidation.
  *
- *	  Schema cache: function OID -> schema OID, in a small direct-mapped
- *	  table.  A syscache callback on pg_proc clears it, so DROP EXTENSION
- *	  followed by CREATE EXTENSION ... SCHEMA other is seen at once; a plan
- *	  whose schema differs from the caller's is freed and prepared again.
- *	  The schema's *name* is baked into each plan's text, and the plan
- *	  cache re-parses that text whenever it invalidates the plan, so a
- *	  syscache callback on pg_namespace (ALTER SCHEMA ... RENAME) marks
- *	  every prepared query stale (nsp = InvalidOid); it is prepared again,
- *	  with the new name, on its next use.  The callback only writes that
- *	  field: a plan is never freed from inside an invalidation.
+ *	  Shard keys: a statement marked IDEM_REWRITTEN_PER_SHARD is prepared from
+ *	  shard.c's rewritten text while idem_records has a shard_key column (the
+ *	  key as one more parameter, its type remembered), and again when the
+ *	  column comes or goes; run without a current shard key it fails (55000).
  *
- *	  Locking and visibility: those of the statements the callers run
- *	  (SPI_execute_plan in the caller's transaction, a fresh snapshot per
- *	  statement in READ COMMITTED); preparing a plan takes the catalog
- *	  locks any planning does.
- *
- *	  Memory: plans live in the memory contexts SPI_keepplan gives them
- *	  (children of CacheMemoryContext); the query text is built in the
- *	  caller's context and is not kept.
+ *	  Locking and visibility: the callers' (SPI_execute_plan in their
+ *	  transaction, a fresh snapshot per statement in READ COMMITTED);
+ *	  preparing takes planning's catalog locks.  Memory: plans in
+ *	  SPI_keepplan's contexts (under CacheMemoryContext); query texts in the
+ *	  caller's context, not kept.
  *
  *-------------------------------------------------------------------------
  */

@@ -1,22 +1,19 @@
 /*-------------------------------------------------------------------------
  *
  * relcache.c
- *	  The one relcache callback of the extension, and the list of the
- *	  caches it tells.  PostgreSQL offers a fixed number of relcache
- *	  callback slots per backend, shared by every library; the extension
- *	  takes one (idem_relcache_init, from module.c's _PG_init) and passes
- *	  each invalidation on to the forget function of every cache that
- *	  subscribed (idem_relcache_subscribe).  Each cache subscribes from its
- *	  own init function, which _PG_init calls: shard.c, claim_direct.c,
- *	  claim_citus_local.c, machine_cache.c and guard_cache.c.  Calls no other
- *	  file of src/.
+ *	  The one relcache callback of the extension, and the list of the caches
+ *	  it tells.  PostgreSQL offers a fixed number of relcache callback slots
+ *	  per backend, shared by every library, so the extension takes one
+ *	  (idem_relcache_init, from _PG_init) and passes each invalidation on to
+ *	  the forget function of every cache that subscribed
+ *	  (idem_relcache_subscribe, from the cache's own init function).
  *
  *	  Invariants: a forget function runs inside an invalidation, so it may
- *	  only mark or drop what it caches: it must not allocate, read a
- *	  catalog or raise an error.  It is called with the OID of the
- *	  invalidated relation, or InvalidOid for all of them, also before its
- *	  cache was ever filled.  The list is per backend, fixed after
- *	  _PG_init; no lock, no shared memory, no memory allocated.
+ *	  only mark or drop what it caches: it must not allocate, read a catalog
+ *	  or raise an error.  It is called with the OID of the invalidated
+ *	  relation, or InvalidOid for all of them, also before its cache was ever
+ *	  filled.  The list is per backend and fixed after _PG_init; no lock, no
+ *	  shared memory, no memory allocated.
  *
  *-------------------------------------------------------------------------
  */

@@ -2,53 +2,38 @@
  *
  * shard.c
  *	  Records with a shard key, for co-location on Citus (docs/citus.md,
- *	  "Co-location by a business key").  idem_distribute(shard_key =>
- *	  type) adds a column shard_key of the user's type to idem_records,
- *	  makes (shard_key, scope, key) its primary key and distributes it by
- *	  shard_key, so the records of a customer sit on the shard of that
- *	  customer's rows.  Every function F(scope, key, ...) that addresses one
- *	  record then has to be told the shard key: its twin F_at(shard_key,
- *	  scope, key, ...) (sql/idempotency_shard.sql).
- *
- *	  This file holds the four pieces of that (the twins themselves are
- *	  one line each, IDEM_SHARD_TWIN in idempotency.h, in the files of
- *	  their F: claim.c, batch.c, lease.c, records.c, token.c).  It calls
- *	  only relcache.c (its cache subscribes at load, idem_shard_init);
- *	  query.c and every file with twins call it:
+ *	  "Co-location by a business key").  idem_distribute(shard_key => type)
+ *	  adds a column shard_key of the user's type to idem_records, makes
+ *	  (shard_key, scope, key) its primary key and distributes by it, so that a
+ *	  customer's records sit on the shard of that customer's rows.  Every
+ *	  function F(scope, key, ...) that addresses one record then needs the
+ *	  shard key: its twin F_at(shard_key, scope, key, ...), one line
+ *	  (IDEM_SHARD_TWIN, idempotency.h) in the file of its F.
  *	  - idem_shard_type: the type of idem_records.shard_key in a schema, or
- *	    InvalidOid when the column does not exist (the usual case, and the
- *	    only one without Citus).  One cached answer; a relcache
- *	    invalidation of idem_records (ALTER TABLE ... ADD COLUMN sends
- *	    one), or of every relation, forgets it, so the next call looks
- *	    again.
- *	  - idem_shard_call: the body of every F_at.  It converts its first
- *	    argument to the column's type, makes it the current shard key, and
- *	    calls F's C function with the remaining arguments (the same flinfo,
- *	    so the same schema, result type and set-returning context), then
- *	    restores the previous current key, also on error.  Citus's error
- *	    for a distributed query from inside a query on a shard (a twin
- *	    called in a query that Citus sent to a shard's node) becomes 0A000
- *	    naming the twin, with the shape that works in its hint: writing
- *	    the record into the co-located shard there instead would hide the
- *	    write from Citus's commit (docs/citus.md).
- *	  - idem_shard_rewrite: the text of a statement that addresses one
- *	    record by ($1 scope, $2 key), with the shard key added as one more
- *	    parameter: in the WHERE clause, the INSERT column list and VALUES,
- *	    and the ON CONFLICT arbiter.  query.c prepares that text instead
- *	    of the statement's own while idem_records has the column, and
- *	    passes idem_shard_current's value as the extra parameter; a call
- *	    without a current shard key fails there with 55000.
- *	  - idem_shard_refuse: that 55000.  Its message names the function that
- *	    ran the statement (query.c remembers the last function that asked
- *	    for the extension's schema: the one running), its hint that
- *	    function's own twin with the twin's argument names from pg_proc.
+ *	    InvalidOid without the column (the usual case, the only one without
+ *	    Citus); one cached answer, forgotten on a relcache invalidation of
+ *	    idem_records (ALTER TABLE ... ADD COLUMN sends one) or of all.
+ *	  - idem_shard_call, the body of every F_at: converts its first argument
+ *	    to the column's type, makes it the current shard key, calls F's C
+ *	    function with the other arguments and the same flinfo (schema, result
+ *	    type, set-returning context), and restores the previous key, also on
+ *	    error.  Citus's error for a distributed query inside a query on a
+ *	    shard becomes 0A000 naming the twin, with the working shape in its
+ *	    hint: writing into the co-located shard there instead would hide the
+ *	    write from Citus's commit.
+ *	  - idem_shard_rewrite: a statement addressing one record by ($1 scope,
+ *	    $2 key) with the shard key as one more parameter (WHERE, INSERT
+ *	    columns and VALUES, ON CONFLICT arbiter); query.c prepares it instead
+ *	    while the column exists.
+ *	  - idem_shard_refuse: the 55000 of such a statement run without a current
+ *	    shard key, naming the running function (the last one query.c found the
+ *	    schema for) and in its hint that function's twin, with the twin's
+ *	    argument names from pg_proc.
  *
- *	  Memory: the converted key lives in the caller's memory context for
- *	  the duration of the call; nothing else is allocated beyond the
- *	  rewritten text and the errors' texts (caller's context).  No locks:
- *	  the catalog look-ups are syscache probes.  Visibility: that of the
- *	  catalogs at the time of the probe; a concurrent ALTER TABLE is seen
- *	  once it commits and its invalidation arrives.
+ *	  Memory: the converted key lives in the caller's context for the call;
+ *	  beyond it only the rewritten text and errors' texts.  Locking: none; the
+ *	  catalog look-ups are syscache probes.  Visibility: a concurrent ALTER
+ *	  TABLE is seen once it commits and its invalidation arrives.
  *
  *-------------------------------------------------------------------------
  */

@@ -1,43 +1,37 @@
 /*-------------------------------------------------------------------------
  *
  * spi_read.c
- *	  Checked reads of the extension's own table: the one way a function of
- *	  the extension takes a value out of the result of one of its
- *	  statements on idem_records (claim.c, lease.c, records.c, batch.c,
- *	  stats.c), and the errors the fast path (claim_direct.c) raises for the same
- *	  faults in the records it reads without SQL.
+ *	  Checked reads of the extension's own table: the one way a function takes
+ *	  a value out of the result of one of its statements on idem_records, and
+ *	  the errors claim_direct.c raises for the same faults in the records it
+ *	  reads without SQL.
  *
- *	  Why: the statements are prepared once per backend and replanned by
- *	  the plan cache after an ALTER TABLE, so they keep running on a table
- *	  a DBA has changed.  Once status is an enum (ALTER COLUMN status TYPE
- *	  ... USING), SELECT r.status returns an enum's OID, a by-value Datum,
- *	  where the reader expects a pointer to a text; once DROP NOT NULL lets
- *	  a NULL in (the status CHECK is STRICT, so it lets NULL pass), the
- *	  reader gets a null pointer.  Either was a segmentation fault, which
- *	  restarts the whole server.
+ *	  Why: the statements are prepared once and replanned after an ALTER
+ *	  TABLE, so they keep running on a table a DBA changed.  With status made
+ *	  an enum (ALTER COLUMN ... TYPE), SELECT r.status returns a by-value
+ *	  Datum where the reader expects a text pointer; after DROP NOT NULL (the
+ *	  status CHECK is STRICT, so it lets NULL pass), a null pointer.  Either
+ *	  was a segmentation fault, which restarts the whole server.
  *
  *	  Invariants:
- *	  - No value is read before its result column has been found to be of
- *	    the type the install script gave the column of idem_records it
- *	    comes from, or of a domain over that type (same representation).
- *	    A type merely binary compatible (varchar for text, timestamp for
- *	    timestamptz) is refused as well: the installed shape is what
- *	    counts, as for the fast path (claim_table.c), which declines on
- *	    any other column type.
+ *	  - No value is read before its result column is found to be of the type
+ *	    the install script gave the column it comes from, or a domain over it.
+ *	    A type merely binary compatible (varchar, timestamp) is refused too:
+ *	    the installed shape counts, as for the fast path (claim_table.c).
  *	  - A column the install script makes NOT NULL is read with
- *	    idem_spi_read_required or idem_spi_read_cstring, which refuse a
- *	    NULL; any other with idem_spi_read, whose caller handles NULL.
- *	  - Either refusal is ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE (55000),
- *	    naming idem_records and the column, with a hint to restore the
- *	    column as the install script made it.  A row or column number out
- *	    of the result is a bug of the caller (elog).
- *	  - Cost: a comparison of type OIDs and a NULL test per value read.
- *	    The catalogs are consulted only when the types differ (the base
- *	    type of a domain, in the syscache) and to word an error.
+ *	    idem_spi_read_required or idem_spi_read_cstring, which refuse a NULL;
+ *	    any other with idem_spi_read, whose caller handles NULL.
+ *	  - Either refusal is 55000 (ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE)
+ *	    naming idem_records and the column, with a hint to restore the column
+ *	    as the install script made it.  A row or column out of the result is
+ *	    the caller's bug (elog).
+ *	  - Cost: a comparison of type OIDs and a NULL test per value; the
+ *	    catalogs only when the types differ (a domain's base type, in the
+ *	    syscache) and to word an error.
  *
- *	  Memory: values are SPI's (in the result's memory) but for
- *	  idem_spi_read_cstring's string, palloc'd in the current context.
- *	  No locks.  Calls no other file of src/.
+ *	  Memory: values are SPI's, in the result's memory, but for
+ *	  idem_spi_read_cstring's string, palloc'd in the current context.  No
+ *	  locks.
  *
  *-------------------------------------------------------------------------
  */

@@ -1,65 +1,39 @@
 /*-------------------------------------------------------------------------
  *
  * stats.c
- *	  Statistics of idempotency outcomes per (database, scope): the
- *	  shared-memory counters behind the idem_stats view, the per-backend
- *	  pending counts that feed them, and the SQL-callable idem_stats() and
- *	  idem_stats_reset().  (idem_summary, which needs none of this and only
- *	  aggregates idem_records as the calling role, is in records.c.)
+ *	  Statistics of outcomes per (database, scope): the shared-memory counters
+ *	  behind the idem_stats view, the per-backend pending counts that feed
+ *	  them, and idem_stats() and idem_stats_reset().  Only with the library in
+ *	  shared_preload_libraries (stats_active); otherwise idem_stats_add
+ *	  returns at once and idem_stats() and idem_stats_reset() fail (55000).
  *
- *	  Availability: the counters live in shared memory, so they exist only
- *	  when the library is in shared_preload_libraries (stats_active).
- *	  Otherwise idem_stats_add returns at once and touches nothing, and
- *	  idem_stats() and idem_stats_reset() fail with 55000.
- *
- *	  Counting rules.  The callers (claim.c, batch.c, lease.c, records.c,
- *	  ...) report events
- *	  as they happen; what is counted, and when, depends on the kind:
- *	  - Effects (claimed, takeovers, completed, failed, purged) are changes
- *	    to idem_records.  They count only if the change commits: a claim
- *	    rolled back is not a claim.  They are kept as pending counts tagged
- *	    with the subtransaction nesting level of the call.  A subtransaction
- *	    that commits hands its counts to its parent level; one that rolls
- *	    back (ROLLBACK TO SAVEPOINT, a PL/pgSQL exception block) drops them.
- *	    The top transaction adds them to shared memory at XACT_EVENT_COMMIT
- *	    (after the commit is durable and visible to others; at PRE_COMMIT
- *	    the transaction could still fail, for instance with a serialization
- *	    failure) and drops them on abort.
+ *	  Counting rules (the callers report events as they happen):
+ *	  - Effects (claimed, takeovers, completed, failed, purged) change
+ *	    idem_records and count only if they commit: pending per subtransaction
+ *	    level, handed to the parent when it commits, dropped when it rolls
+ *	    back, added to shared memory at XACT_EVENT_COMMIT (durable and visible;
+ *	    at PRE_COMMIT the transaction could still fail), dropped on abort.
  *	  - Observations (duplicates, in_progress_conflicts,
- *	    fingerprint_mismatches) are answers given to a caller; they change
- *	    nothing, and a caller typically rolls back after one (a fingerprint
- *	    mismatch is an error, which aborts the transaction; the documented
- *	    reaction to a duplicate is ROLLBACK).  Counting them only on commit
- *	    would hide exactly the events they exist to show, so they count
- *	    whether or not the transaction commits: they are pending at level
- *	    0, which no subtransaction end touches, and go to shared memory at
- *	    the end of the transaction, commit or abort.
- *	  - PREPARE TRANSACTION: the pending counts go to shared memory at
- *	    XACT_EVENT_PREPARE.  A prepared transaction's outcome is decided
- *	    later, possibly in another session, and the counts cannot follow
- *	    it; counting at PREPARE means a ROLLBACK PREPARED still counts
- *	    (prepared transactions are normally committed).
+ *	    fingerprint_mismatches) change nothing, and callers typically roll
+ *	    back after one, so they count whether or not the transaction commits
+ *	    (pending at level 0, flushed at commit or abort).
+ *	  - PREPARE TRANSACTION flushes at XACT_EVENT_PREPARE: the outcome is
+ *	    decided later, maybe in another session, so ROLLBACK PREPARED counts.
  *
- *	  Shared memory: a fixed-size hash table of (dbid, scope) -> counters,
- *	  created at postmaster start with room for idempotency.stats_max_scopes
- *	  pairs plus one overflow entry (InvalidOid, "*"), which exists from the
- *	  start and receives the counts of every new pair that finds the table
- *	  full.  Entries are never evicted; idem_stats_reset() empties the table.
- *	  The counters are not kept across a server restart.
+ *	  Shared memory: a fixed-size hash of (dbid, scope) -> counters, room for
+ *	  idempotency.stats_max_scopes pairs plus an overflow entry (InvalidOid,
+ *	  "*") that takes the counts of new pairs once the table is full.  No
+ *	  eviction; idem_stats_reset() empties it; nothing survives a restart.
+ *	  Locking: one LWLock (tranche "idempotency"): shared to look entries up,
+ *	  add to their counters (atomics) and read them; exclusive to create or
+ *	  remove entries and to reset.  A flush takes it shared once, and
+ *	  exclusive once more only for a new pair.
  *
- *	  Locking: one LWLock (tranche "idempotency").  Shared mode to look
- *	  entries up and add to their counters, which are atomics (concurrent
- *	  adders need no further lock), and to read them; exclusive mode to
- *	  create or remove entries and to reset.  A flush takes the lock once in
- *	  shared mode, and once more in exclusive mode only if a pair is new.
- *
- *	  Memory: pending counts are a backend-local hash table in
- *	  TopMemoryContext, created on first use and emptied at the end of each
- *	  transaction.  The flush at commit must not fail (an error once the
- *	  commit record is written can become a PANIC): it allocates nothing,
- *	  creates shared entries with HASH_ENTER_NULL, and falls back to the
- *	  overflow entry.  idem_stats materializes its rows in a tuplestore in
- *	  the query's per-query context (idem_srf_begin).
+ *	  Memory: pending counts are a backend-local hash in TopMemoryContext,
+ *	  emptied at each transaction end.  Rule: the flush at commit must not
+ *	  fail (an error after the commit record can become a PANIC): it
+ *	  allocates nothing, creates entries with HASH_ENTER_NULL and falls back
+ *	  to the overflow entry.
  *
  *-------------------------------------------------------------------------
  */

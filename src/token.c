@@ -4,35 +4,30 @@
  *	  One-time tokens: idem_token_issue and idem_token_consume, for form
  *	  tokens, e-mail confirmation links and other single-use permissions.
  *
- *	  Storage: a token is a record of idem_records whose key is the token
- *	  text, in the scope it was issued for, with status 'issued'; consuming
- *	  it changes the status to 'consumed'.  The record keeps its expiry
- *	  either way and is removed by idem_purge once expired, so a used token
- *	  stays used for as long as it would have been valid.  Visibility: a
- *	  token exists for other sessions once the issuing transaction commits;
- *	  until then their consume calls do not see it and return false.
+ *	  Storage: a token is a record of idem_records keyed by the token text in
+ *	  the scope it was issued for, with status 'issued', then 'consumed'.  It
+ *	  keeps its expiry either way and idem_purge removes it once expired, so a
+ *	  used token stays used as long as it would have been valid.  Visibility:
+ *	  other sessions see a token once the issuing transaction commits; until
+ *	  then their consume returns false.
  *
- *	  Token text: TOKEN_BYTES bytes (128 bits) from pg_strong_random, as
- *	  2 * TOKEN_BYTES lowercase hexadecimal digits.  idem_token_consume
- *	  rejects anything of another shape with 22023 before any SQL runs.
+ *	  Token text: TOKEN_BYTES bytes (128 bits) of pg_strong_random, as
+ *	  lowercase hexadecimal; idem_token_consume refuses any other shape with
+ *	  22023 before any SQL runs.
  *
- *	  Atomicity and locking: consumption is one UPDATE ... WHERE status =
- *	  'issued' AND the record is live.  Of concurrent consumers one locks
- *	  and updates the row; the others wait for it, then (READ COMMITTED)
- *	  re-check the condition on the row version it committed, find
- *	  'consumed' and update nothing: exactly one true.  (Such a loser keeps
- *	  the row locked until its transaction ends, as any UPDATE that
- *	  re-checked a row does.)  If the winner rolls back, the next waiter
- *	  gets the token instead.  Under REPEATABLE READ or SERIALIZABLE the
- *	  waiters fail with 40001 instead of returning false.  Everything runs
- *	  in the caller's transaction: a consume rolled back leaves the token
- *	  unused.  Issuing takes no lock beyond its own new row.
+ *	  Atomicity and locking: consuming is one UPDATE ... WHERE status =
+ *	  'issued' AND the record is live.  Of concurrent consumers one updates
+ *	  the row; the others wait for it, re-check its committed version (READ
+ *	  COMMITTED), find 'consumed', update nothing (keeping the row locked to
+ *	  their transaction's end) and return false; if the winner rolls back,
+ *	  the next waiter gets the token.  Under REPEATABLE READ or SERIALIZABLE
+ *	  the waiters fail with 40001.  Everything runs in the caller's
+ *	  transaction: a consume rolled back leaves the token unused.  Issuing
+ *	  locks only its own new row.
  *
- *	  Time: "now" is the wall clock at the call (GetCurrentTimestamp), as
- *	  in idem_claim.
- *
- *	  Memory: arguments and the token text are in the caller's context;
- *	  SPI's per-call memory is released by SPI_finish.
+ *	  Time: "now" is the wall clock at the call (GetCurrentTimestamp), as in
+ *	  idem_claim.  Memory: the caller's context; SPI's is released by
+ *	  SPI_finish.
  *
  *-------------------------------------------------------------------------
  */

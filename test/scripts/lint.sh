@@ -2,8 +2,8 @@
 # `make lint`: static analysis of src/*.c with cppcheck and clang-tidy,
 # the security lint of every SQL and PL/pgSQL line we ship
 # (test/scripts/sqllint.pl, see docs/security.md), and the shape of src/ (test/scripts/structure.sh: no circle of calls between
-# the files, no file over 750 lines, no function over 80, a shared header
-# under 200).  Exits non-zero on any finding of any tool (and prints each
+# the files, the call table of docs/internals.md current, no file over 750
+# lines, no function over 80, a shared header under 200).  Exits non-zero on any finding of any tool (and prints each
 # finding of the first two as file:line:column: severity: message [check]).
 #
 # As root, installs cppcheck and clang-tidy (and PostgreSQL's server

@@ -109,8 +109,8 @@ citus_start() {
                  WHERE conrelid = 'idem_records'::regclass AND contype = 'p'); END \$\$" \
             -c "SELECT create_distributed_table('bench_claims', 'shard_key', colocate_with => 'idem_records')" \
             >/dev/null || return 1
-        # The experiment of the optional pair citus_at_typed (issue 26, item
-        # 4): idem_claim_at's own C function under a signature whose shard
+        # The experiment of the optional pair citus_at_typed (the typed
+        # twin): idem_claim_at's own C function under a signature whose shard
         # key is typed (bigint, the shard_key column's type) instead of
         # "any", made a distributed function co-located with idem_records
         # by its first argument, which Citus can then delegate to the

@@ -16,7 +16,7 @@
 # The variants run interleaved, ROUNDS times, each round a pgbench run of
 # TX transactions per variant on a freshly truncated table.  Prints the
 # median transaction latency and time per key of each variant, and the
-# per-key ratios loop/many.  The bar (issue 6): loop_stmt / many >= 5 and
+# per-key ratios loop/many.  The bar: loop_stmt / many >= 5 and
 # loop_sql / many >= 5.
 #
 # Usage: bash bench/claim_many.sh        (KEYS=500 ROUNDS=7 TX=20 by default)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# idem_outbox_fetch's latency against the backlog (issue 24).  Not a test:
+# idem_outbox_fetch's latency against the backlog.  Not a test:
 # it measures and prints.
 #
 #   bash bench/outbox_backlog.sh

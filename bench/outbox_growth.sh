@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Is idem_outbox bounded when the background purge runs?  (issue 24)  Not
+# Is idem_outbox bounded when the background purge runs?  Not
 # a test: it measures and prints.
 #
 #   bash bench/outbox_growth.sh

@@ -61,7 +61,7 @@ what_of() {
 }
 
 echo
-echo "== idempotency benchmark (issue 6)"
+echo "== idempotency benchmark"
 echo "tree: $REV$([ "$DIRTY" -gt 0 ] && echo " + $DIRTY uncommitted/untracked paths")"
 echo "machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')), $(awk '/MemTotal/ { printf "%.0f GB", $2 / 1048576 }' /proc/meminfo) RAM, PostgreSQL $("$IDEM_BINDIR/postgres" --version | awk '{ print $3 }'), fsync on, shared_buffers $BENCH_SHARED_BUFFERS$([ "$BENCH_PRELOAD" = 1 ] && echo ", shared_preload_libraries = idempotency")"
 echo "runs: $BENCH_CLIENTS clients, ${BENCH_SECONDS} s each, $BENCH_ROUNDS rounds interleaved A,B,A,B,..., warm-up ${BENCH_WARMUP} s; medians; pgbench -M prepared"
@@ -119,7 +119,7 @@ fi
 # hand-written SQL, C the C edition.
 if awk -F '\t' '$3 == "C" { found = 1 } END { exit !found }' "$RAW"; then
     echo
-    echo "portable edition (issue 22): P = portable (plain script in database bench_p), H = hand-written SQL, C = C edition;"
+    echo "portable edition: P = portable (plain script in database bench_p), H = hand-written SQL, C = C edition;"
     echo "ops/s medians, the ratios of the medians, server CPU us/op medians (rounds interleaved P, H, C):"
     printf '  %-17s %-4s %8s %8s %8s %6s %6s %6s %7s %7s %7s\n' pair sync "P ops/s" "H ops/s" "C ops/s" "P/H" "C/H" "P/C" "CPU P" "CPU H" "CPU C"
     for sync in $BENCH_SYNC; do

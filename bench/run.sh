@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make bench`: the benchmark of issue 6.  Not a test: it measures and
+# `make bench`: the benchmark.  Not a test: it measures and
 # prints, and asserts nothing about timing.  See bench/README.md.
 #
 # One command: builds the current tree into a private copy of the
@@ -34,7 +34,7 @@
 #                      portable_dup portable_business portable_guard (or
 #                      `portable` for the four): the portable edition (A)
 #                      against the hand-written SQL (B) and the C edition
-#                      (C), three sides interleaved A, B, C (issue 22)
+#                      (C), three sides interleaved A, B, C
 #   BENCH_SYNC         synchronous_commit settings to run ["off on"]
 #   BENCH_SCALE_ROWS   live records for "scale" and bytes/record, loaded
 #                      when scale or scale_sql is among the pairs [10000000]
@@ -74,7 +74,7 @@
 #   BENCH_SECONDS=3 BENCH_WARMUP=1 BENCH_SCALE_ROWS=1000000 make bench
 set -u
 . "$(dirname "$0")/../test/scripts/harness.sh"
-# The outbox pairs (issue 24): their settings and functions, called below.
+# The outbox pairs: their settings and functions, called below.
 # shellcheck source=bench/outbox.sh
 . "$IDEM_TOP/bench/outbox.sh"
 
@@ -211,7 +211,7 @@ for db in bench scale; do
     baseline_extras "q $db"
 done
 
-# The portable edition (issue 22, docs/managed.md) for the portable_*
+# The portable edition (docs/managed.md) for the portable_*
 # pairs: the plain script of the tree under test, built with `make
 # portable` in the private copy of the checkout (no C involved), run into
 # schema public of database bench_p of the same cluster, with

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Benchmark of the state-machine half (GitHub issue 4).  Not a test: it
+# Benchmark of the state-machine half.  Not a test: it
 # prints figures and the two ratios the issue sets a bar for.
 #
 #  (1) point UPDATE, pgbench, A and B interleaved:

@@ -4,7 +4,7 @@
 
 \echo Use "ALTER EXTENSION idempotency UPDATE TO '0.5.0'" to load this file. \quit
 
--- Every guard made by an earlier version is installed again (issue 20):
+-- Every guard made by an earlier version is installed again:
 -- the new triggers fire on every UPDATE (not only UPDATE OF the column,
 -- which missed a status a BEFORE trigger changed), cast every argument
 -- of the WHEN conditions to pg_catalog.text (an overload of
@@ -61,7 +61,7 @@ BEGIN
 END
 $$;
 
--- HTTP Idempotency-Key (issue 25): the objects of sql/idempotency_http.sql.
+-- HTTP Idempotency-Key: the objects of sql/idempotency_http.sql.
 
 --------------------------------------------------------------------------
 -- HTTP Idempotency-Key semantics (docs/http.md)
@@ -685,7 +685,7 @@ GRANT EXECUTE ON FUNCTION
     @extschema@.idem_http_postgrest_finish(pg_catalog.int4, pg_catalog.jsonb, pg_catalog.bytea, pg_catalog.text[])
 TO PUBLIC;
 
--- idem_transition_strict (issue 21): the objects added to sql/idempotency_machine.sql.
+-- idem_transition_strict: the objects added to sql/idempotency_machine.sql.
 -- idem_transition that raises ID006 on a repeated event instead of
 -- letting it through, so that an UPDATE setting other columns with it
 -- (paid = paid + 100) fails as a whole on a repeat (docs/state-machines.md).
@@ -700,9 +700,9 @@ LANGUAGE C STABLE CALLED ON NULL INPUT PARALLEL SAFE;
 COMMENT ON FUNCTION @extschema@.idem_transition_strict(pg_catalog.text, pg_catalog.text, pg_catalog.text) IS
     'to_state when machine declares from_state -> to_state; error ID006 when they are equal and no such move is declared (a repeated event), ID004 otherwise';
 
--- Outbox and inbox (issue 24): the objects of sql/idempotency_outbox.sql.
+-- Outbox and inbox: the objects of sql/idempotency_outbox.sql.
 --------------------------------------------------------------------------
--- Outbox and inbox (issue 24; docs/outbox.md)
+-- Outbox and inbox (docs/outbox.md)
 --------------------------------------------------------------------------
 
 -- Written once, in SQL and PL/pgSQL, for both editions (the portable

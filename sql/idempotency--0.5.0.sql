@@ -1345,7 +1345,7 @@ REVOKE ALL ON FUNCTION @extschema@.idem_unguard(pg_catalog.regclass, pg_catalog.
 REVOKE ALL ON FUNCTION @extschema@.idem_machines_trigger() FROM PUBLIC;
 
 --------------------------------------------------------------------------
--- Outbox and inbox (issue 24; docs/outbox.md)
+-- Outbox and inbox (docs/outbox.md)
 --------------------------------------------------------------------------
 
 -- Written once, in SQL and PL/pgSQL, for both editions (the portable

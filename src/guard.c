@@ -43,7 +43,7 @@
  *	  (pg_depend): that is how the triggers are found, and how the
  *	  trigger knows its column through renames (guard_cache.c).
  *
- *	  Invariant (issue 20): generated SQL binds only to the extension's
+ *	  Invariant: generated SQL binds only to the extension's
  *	  and pg_catalog's objects: functions schema-qualified, operators as
  *	  OPERATOR(pg_catalog.x), every argument cast to the declared type, so
  *	  no overload a role with CREATE on some schema made beforehand can

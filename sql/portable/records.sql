@@ -140,7 +140,7 @@ $$;
 -- statements repeat those two.  The commonest call (no ttl, no
 -- fingerprint, idempotency.default_ttl unset) has a branch of its own,
 -- whose INSERT has no expression to build for either: every expression
--- costs its construction once per transaction (issue 22: 12 % fewer
+-- costs its construction once per transaction (12 % fewer
 -- instructions than one branch for all, docs/performance.md).
 -- portable: idem_claim
 LANGUAGE plpgsql

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test/portable/bench.sh: the portable edition's idem_claim against the
 # hand-written INSERT ... ON CONFLICT DO NOTHING and against the C edition,
-# side by side in one cluster (issue 22, item 6; docs/managed.md).  Not a
+# side by side in one cluster (docs/managed.md).  Not a
 # test: it measures and prints, and asserts nothing.
 #
 # One throwaway cluster of a private installation with the C edition (as

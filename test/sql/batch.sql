@@ -1,4 +1,4 @@
--- idem_claim_many (issue 3, batch claims): results in array order,
+-- idem_claim_many (batch claims): results in array order,
 -- repeated keys, takeover of expired/retryable/abandoned records, the
 -- canonical (bytewise) claim order, TTLs, set-returning contexts, and
 -- every error path.

@@ -1,7 +1,7 @@
--- What CREATE EXTENSION idempotency creates (issue 2): the records table
+-- What CREATE EXTENSION idempotency creates: the records table
 -- and its shape, the row type idem_record, the purge index, the dump
 -- registration, naming, schema placement and SECURITY INVOKER.
--- Queries list only the objects issue 2 requires (or list violations), so
+-- Queries list only the objects the extension promises (or list violations), so
 -- objects that later features add do not change this output.
 
 -- The records table exposes at least these columns, with these types.
@@ -58,7 +58,7 @@ WHERE a.attrelid = (SELECT typrelid FROM pg_catalog.pg_type
                     'created_at', 'updated_at', 'expires_at')
 ORDER BY a.attnum;
 
--- The functions of issue 2, with their signatures and return types.
+-- The core functions, with their signatures and return types.
 SELECT p.proname, pg_catalog.pg_get_function_arguments(p.oid) AS arguments,
        pg_catalog.format_type(p.prorettype, NULL) AS returns,
        p.provolatile, p.proisstrict

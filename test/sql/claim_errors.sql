@@ -1,4 +1,4 @@
--- Bad input to the functions of issue 2: every error path gets a clear
+-- Bad input to the core functions: every error path gets a clear
 -- message with the standard SQLSTATE, and leaves nothing behind.
 TRUNCATE idem_records;
 

@@ -1,4 +1,4 @@
--- State machines (issue 4): idem_machine_define, idem_machine_drop,
+-- State machines: idem_machine_define, idem_machine_drop,
 -- idem_can_transition, idem_transition and idem_guard_allows; every error
 -- with its SQLSTATE; the per-backend cache and its invalidation.
 -- Creates machines whose names start with "t_" and drops them at the end.

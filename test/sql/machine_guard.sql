@@ -1,4 +1,4 @@
--- Table guards (issue 4): idem_guard, idem_unguard and their triggers;
+-- Table guards: idem_guard, idem_unguard and their triggers;
 -- version columns, history, several guards at once, hostile names, what
 -- dropping a table, a column, a machine or the extension leaves behind.
 -- Creates tables and machines starting with "g_" and drops them.

@@ -1,5 +1,5 @@
 -- The mistakes that lose or double money without an error, and the forms
--- that are safe against them (issue 21):
+-- that are safe against them:
 -- 1. a payment delivered twice, as two events with different ids, moves
 --    an order to paid with idem_transition in SET and credits it twice;
 --    idem_transition_strict (ID006), and a WHERE clause with

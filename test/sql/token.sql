@@ -1,4 +1,4 @@
--- One-time tokens and throttle windows (issue 3): idem_token_issue,
+-- One-time tokens and throttle windows: idem_token_issue,
 -- idem_token_consume, how tokens meet the other functions, and every
 -- error path.
 TRUNCATE idem_records;

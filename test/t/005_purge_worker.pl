@@ -1,4 +1,4 @@
-# The background purge (issue 5, part 1).  With the library preloaded and
+# The background purge.  With the library preloaded and
 # idempotency.purge_databases = 'postgres, noext, nodb':
 # - expired records in postgres disappear by themselves, in batches, while
 #   claims of other keys go on (none blocked: each runs under lock_timeout),
@@ -9,7 +9,7 @@
 # - a round that fails is retried at the next naptime, without restarting
 #   the server, and purging resumes once the cause is gone;
 # - idem_stats counts what the worker purged;
-# - the outbox (issue 24): each round also runs idem_outbox_purge, which
+# - the outbox: each round also runs idem_outbox_purge, which
 #   removes the messages past their topic's retention that every group
 #   acknowledged, keeps every message a lagging group has not acknowledged
 #   (however old), keeps acknowledged ones within the retention, and drops

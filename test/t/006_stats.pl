@@ -1,4 +1,4 @@
-# idem_stats with the library preloaded (issue 5, part 2): the counters per
+# idem_stats with the library preloaded: the counters per
 # database and scope, the counting rules (effects only for transactions
 # that commit, savepoints included; observations always; PREPARE counts),
 # per-database separation and visibility, idem_stats_reset and its

@@ -1,4 +1,4 @@
-# Citus under failure and change (issue 13, items 4 and 5): on a local
+# Citus under failure and change: on a local
 # cluster (test/t/IdemCitus.pm: a coordinator and two workers),
 #   - pgbench through the coordinator, 8 clients on overlapping keys, a
 #     co-located ledger row and a non-co-located audit row (Citus's

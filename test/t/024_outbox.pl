@@ -1,4 +1,4 @@
-# The outbox end to end (issue 24), with real logical decoding.
+# The outbox end to end, with real logical decoding.
 #
 # Producers (pgbench, 8 clients) claim a key and, when the claim is
 # theirs, write a business effect and publish one message (relay 'both':

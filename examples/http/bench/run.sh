@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The HTTP API's cost (issue 25): a handler transaction with idem_http_begin
+# The HTTP API's cost: a handler transaction with idem_http_begin
 # and idem_http_finish (http.pgbench) against the same transaction with a
 # bare idem_claim and idem_complete (claim.pgbench), pgbench, interleaved
 # A, B, A, B.  Not a test: it prints transactions per second and the

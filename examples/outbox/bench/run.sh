@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The outbox benchmark of issue 24.  Not a test: it measures and prints.
+# The outbox benchmark.  Not a test: it measures and prints.
 #
 #   bash examples/outbox/bench/run.sh
 #

@@ -1,4 +1,4 @@
-# From the portable edition to the C edition by pg_dump (issue 22,
+# From the portable edition to the C edition by pg_dump (see
 # docs/managed.md "Moving between editions"): a database that uses the
 # pg_tle edition (registered and created by a role in pgtle_admin, without
 # superuser) is dumped and restored into a server of the C edition, and

@@ -1,4 +1,4 @@
-# The background purge of the portable edition (issue 22, docs/managed.md
+# The background purge of the portable edition (docs/managed.md
 # "Purging with pg_cron"): the C edition's purge worker needs a preloaded
 # library, so the portable edition schedules idem_maintain() with pg_cron.
 # A server with pg_cron preloaded (cron.database_name = app); the portable

@@ -54,3 +54,13 @@ CREATE OR REPLACE FUNCTION @extschema@.idem_token_consume(
 RETURNS pg_catalog.bool
 AS 'MODULE_PATHNAME', 'idem_token_consume'
 LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+
+-- safe defaults: idem_complete refuses a NULL result (22004); the C
+-- declaration for the portable edition's new body.
+CREATE OR REPLACE FUNCTION @extschema@.idem_complete(
+    scope pg_catalog.text,
+    key pg_catalog.text,
+    result pg_catalog.jsonb)
+RETURNS pg_catalog.void
+AS 'MODULE_PATHNAME', 'idem_complete'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;

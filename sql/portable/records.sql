@@ -480,6 +480,12 @@ BEGIN
                   DETAIL = pg_catalog.format('The key is %s bytes; the limit is 1024 bytes.', pg_catalog.octet_length(key)),
                   HINT = 'Hash long natural keys, for example with sha256(), and use the digest as the key.';
     END IF;
+    IF idem_complete.result IS NULL THEN
+        RAISE EXCEPTION 'idem_complete: result must not be null'
+            USING ERRCODE = '22004',
+                  DETAIL = 'A completed record is replayed from its result; a null result would replay nothing.',
+                  HINT = 'Pass the response to replay; for a request with no response, pass ''{}'' or ''null''::jsonb.';
+    END IF;
     IF pg_catalog.current_setting('transaction_read_only') OPERATOR(pg_catalog.=) 'on' THEN
         RAISE EXCEPTION 'cannot execute idem_complete() in a read-only transaction' USING ERRCODE = '25006';
     END IF;

@@ -311,6 +311,21 @@ SELECT name, setting FROM pg_settings
                 'idempotency.stats_max_scopes')
  ORDER BY name;
 
+-- 5. Checks that would switch off quietly: a NULL result is 22004, and a
+-- record's presence is tested by its status (a row with a NULL field is
+-- not IS NOT NULL).
+BEGIN;
+SELECT idem_claim('st-fp', 'k2');
+COMMIT;
+BEGIN;
+SELECT idem_claim('st-fp', 'k3');
+SELECT idem_complete('st-fp', 'k3', NULL);
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
+SELECT (idem_lookup('st-fp', 'k2')).status IS NOT NULL AS exists,
+       idem_lookup('st-fp', 'k2') IS NOT NULL AS row_test_misleads,
+       (idem_lookup('st-fp', 'k3')).status IS NULL AS absent;
+
 DROP PROCEDURE st_pay_all();
 DROP FUNCTION st_claim_plpgsql(text);
 DROP FUNCTION st_claim_wrapper(text);

@@ -101,7 +101,7 @@ SELECT idem_claim('mix', :'mix') AS claim_of_token_key;
 SELECT key = :'mix' AS is_token, claimed
 FROM idem_claim_many('mix', ARRAY[:'mix', 'other']);
 SELECT (idem_lookup('mix', :'mix')).status AS lookup_status;
-SELECT left(pg_temp.try(format('SELECT idem_complete(%L, %L, NULL)', 'mix', :'mix')), 5)
+SELECT left(pg_temp.try(format('SELECT idem_complete(%L, %L, %L)', 'mix', :'mix', '{}')), 5)
     AS complete_of_token;
 SELECT idem_token_consume('mix', :'mix') AS still_consumable;
 -- A claimed key that looks like a token is not a token.

@@ -1,4 +1,4 @@
--- idempotency.autocommit_claims in the portable edition (docs/managed.md,
+-- Safe defaults in the portable edition: idempotency.autocommit_claims (docs/managed.md,
 -- behaviour autocommit-claims): unset is error; a claim whose transaction
 -- began with the current simple query and which is one statement writing
 -- nothing else is refused (warned about under warn), through every entry
@@ -100,4 +100,11 @@ SET LOCAL idempotency.default_ttl = '30 seconds';
 SELECT idem_claim('pa-ttl', 'k7') AS by_setting;
 SELECT key, expires_at - created_at AS ttl FROM idem_records
  WHERE scope = 'pa-ttl' ORDER BY key;
+ROLLBACK;
+
+-- idem_complete refuses a NULL result (22004), as the C edition.
+BEGIN;
+SELECT idem_claim('pa-ttl', 'k9');
+SELECT idem_complete('pa-ttl', 'k9', NULL);
+\echo :LAST_ERROR_SQLSTATE
 ROLLBACK;

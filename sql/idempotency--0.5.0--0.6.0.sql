@@ -64,3 +64,14 @@ CREATE OR REPLACE FUNCTION @extschema@.idem_complete(
 RETURNS pg_catalog.void
 AS 'MODULE_PATHNAME', 'idem_complete'
 LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+
+-- safe defaults: idem_transition warns at a repeated transition (the C
+-- edition once per session); the C declaration for the portable
+-- edition's new body.
+CREATE OR REPLACE FUNCTION @extschema@.idem_transition(
+    machine pg_catalog.text,
+    from_state pg_catalog.text,
+    to_state pg_catalog.text)
+RETURNS pg_catalog.text
+AS 'MODULE_PATHNAME', 'idem_transition'
+LANGUAGE C STABLE CALLED ON NULL INPUT PARALLEL SAFE;

@@ -431,12 +431,24 @@ client_statement_is_bare(void)
  * Citus names those connections "citus_internal gpid=..."; the client's
  * own session decided whether the call was autocommit).  The first
  * statement of an extended-protocol pipeline runs before the server knows
- * what follows it, so it is judged as autocommit too.
+ * what follows it, so it is judged as autocommit too.  In a subtransaction
+ * (a PL/pgSQL block with EXCEPTION, a savepoint) the block state of the
+ * top transaction cannot be read: the transaction counts as autocommit
+ * when it began with the client's current message (its start timestamp is
+ * the statement's, as for a simple query outside BEGIN), so a claim in an
+ * exception block under an extended-protocol Execute is not judged.
  */
 static bool
 claim_commits_alone(void)
 {
-	if (IsTransactionBlock() || debug_query_string == NULL)
+	if (debug_query_string == NULL)
+		return false;
+	if (IsSubTransaction())
+	{
+		if (GetCurrentTransactionStartTimestamp() != GetCurrentStatementStartTimestamp())
+			return false;
+	}
+	else if (IsTransactionBlock())
 		return false;
 	if (application_name != NULL &&
 		strncmp(application_name, "citus_internal gpid=", 20) == 0)

@@ -138,6 +138,30 @@ idem_can_transition(PG_FUNCTION_ARGS)
 }
 
 /*
+ * The first repeated transition a session meets in idem_transition (an
+ * undeclared move from a state to itself) gives a WARNING: the state is
+ * returned unchanged, so an UPDATE that sets other columns with it
+ * (paid = paid + 100) applies them again for a repeated event, without an
+ * error.  Once per session, so that a status-only UPDATE that repeats on
+ * purpose is not flooded; idem_transition_strict is the form that refuses.
+ */
+static void
+warn_repeat_once(IdemMachine *m, int state)
+{
+	static bool warned = false;
+
+	if (warned)
+		return;
+	warned = true;
+	ereport(WARNING,
+			(errmsg("idem_transition: repeated transition to \"%s\" keeps the row's state, and the rest of the statement runs",
+					idem_machine_state_name(m, state)),
+			 errdetail("Machine \"%s\" does not declare a transition from \"%s\" to itself, so idem_transition returns the state unchanged: an UPDATE that also sets other columns (paid = paid + 100) applies them again for a repeated event.",
+					   idem_machine_name(m), idem_machine_state_name(m, state)),
+			 errhint("Use idem_transition_strict, which refuses the repeat (ID006), or move the row only WHERE idem_can_transition(...).")));
+}
+
+/*
  * The body of idem_transition and idem_transition_strict: to_state when
  * from_state -> to_state is declared.  When the two are equal and the
  * machine does not declare the move (a repeated event), idem_transition
@@ -170,6 +194,8 @@ transition_internal(FunctionCallInfo fcinfo, bool strict, const char *fname)
 
 	if (from == to && !strict)
 	{
+		if (!idem_machine_allows(m, from, to))
+			warn_repeat_once(m, to);
 		idem_machine_unpin();
 		PG_RETURN_DATUM(PG_GETARG_DATUM(1));
 	}

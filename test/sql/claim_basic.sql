@@ -1,5 +1,5 @@
 -- Claims here stand alone in autocommit (idempotency.autocommit_claims
--- defaults to error; test/sql/autocommit_claims.sql tests that).
+-- defaults to error; test/sql/silent_traps.sql tests that).
 SET idempotency.autocommit_claims = allow;
 -- idem_claim basics: ownership, duplicates, the default scope, rollback,
 -- exact-byte keys, and the cost of a duplicate (no XID, no dead tuple, no

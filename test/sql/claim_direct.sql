@@ -1,5 +1,5 @@
 -- Claims here stand alone in autocommit (idempotency.autocommit_claims
--- defaults to error; test/sql/autocommit_claims.sql tests that).
+-- defaults to error; test/sql/silent_traps.sql tests that).
 SET idempotency.autocommit_claims = allow;
 -- idem_claim's fast path (src/direct.c) and its SPI path give the same
 -- answers; the fast path writes nothing for a duplicate, and steps aside

@@ -1,5 +1,5 @@
 -- Claims here stand alone in autocommit (idempotency.autocommit_claims
--- defaults to error; test/sql/autocommit_claims.sql tests that).
+-- defaults to error; test/sql/silent_traps.sql tests that).
 SET idempotency.autocommit_claims = allow;
 -- idempotency.log_duplicates: off by default; when on, each duplicate claim
 -- logs one LOG line with the scope, the key, the first-claimed time and the

@@ -1,5 +1,5 @@
 -- Claims here stand alone in autocommit (idempotency.autocommit_claims
--- defaults to error; test/sql/autocommit_claims.sql tests that).
+-- defaults to error; test/sql/silent_traps.sql tests that).
 SET idempotency.autocommit_claims = allow;
 -- idem_complete, idem_lookup and idem_release: storing a result, replaying
 -- it for duplicates, and freeing a key; with their errors ID002 and ID005.

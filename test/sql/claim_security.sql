@@ -1,5 +1,5 @@
 -- Claims here stand alone in autocommit (idempotency.autocommit_claims
--- defaults to error; test/sql/autocommit_claims.sql tests that).
+-- defaults to error; test/sql/silent_traps.sql tests that).
 SET idempotency.autocommit_claims = allow;
 -- Security: a hostile search_path cannot hijack the functions' SQL; the
 -- functions run with the caller's privileges (SECURITY INVOKER), so table

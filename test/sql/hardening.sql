@@ -1,5 +1,5 @@
 -- Claims here stand alone in autocommit (idempotency.autocommit_claims
--- defaults to error; test/sql/autocommit_claims.sql tests that).
+-- defaults to error; test/sql/silent_traps.sql tests that).
 SET idempotency.autocommit_claims = allow;
 -- Hardening: what a role that is not the extension can make its C
 -- functions do.  Each case crashed the server, looped or was silently

@@ -1,5 +1,5 @@
 -- Claims here stand alone in autocommit (idempotency.autocommit_claims
--- defaults to error; test/sql/autocommit_claims.sql tests that).
+-- defaults to error; test/sql/silent_traps.sql tests that).
 SET idempotency.autocommit_claims = allow;
 -- HTTP Idempotency-Key semantics (sql/idempotency_http.sql, docs/http.md):
 -- idem_http_begin's outcomes (proceed, replay byte for byte, in flight

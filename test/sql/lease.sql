@@ -1,5 +1,5 @@
 -- Claims here stand alone in autocommit (idempotency.autocommit_claims
--- defaults to error; test/sql/autocommit_claims.sql tests that).
+-- defaults to error; test/sql/silent_traps.sql tests that).
 SET idempotency.autocommit_claims = allow;
 -- Two-phase records: idem_begin, idem_heartbeat, idem_finish, idem_fail,
 -- idem_await.  Tokens are compared, never printed (they come from a

@@ -1,5 +1,5 @@
 -- Claims here stand alone in autocommit (idempotency.autocommit_claims
--- defaults to error; test/sql/autocommit_claims.sql tests that).
+-- defaults to error; test/sql/silent_traps.sql tests that).
 SET idempotency.autocommit_claims = allow;
 -- The worked example of the README (doc/machine.md): an order lifecycle
 -- pending_payment -> paid -> shipped -> delivered, with cancel and refund,

@@ -1,5 +1,5 @@
 -- Claims here stand alone in autocommit (idempotency.autocommit_claims
--- defaults to error; test/sql/autocommit_claims.sql tests that).
+-- defaults to error; test/sql/silent_traps.sql tests that).
 SET idempotency.autocommit_claims = allow;
 -- The outbox and the inbox (issue 24): idem_outbox_id, idem_publish (bound
 -- to the transaction's claim, to a named claim, or to an explicit key),

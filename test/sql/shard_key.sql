@@ -1,5 +1,5 @@
 -- Claims here stand alone in autocommit (idempotency.autocommit_claims
--- defaults to error; test/sql/autocommit_claims.sql tests that).
+-- defaults to error; test/sql/silent_traps.sql tests that).
 SET idempotency.autocommit_claims = allow;
 -- The F_at twins (sql/idempotency_shard.sql) on one node, where
 -- idem_records has no shard key: each refuses with 55000 and says what to

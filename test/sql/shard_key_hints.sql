@@ -1,5 +1,5 @@
 -- Claims here stand alone in autocommit (idempotency.autocommit_claims
--- defaults to error; test/sql/autocommit_claims.sql tests that).
+-- defaults to error; test/sql/silent_traps.sql tests that).
 SET idempotency.autocommit_claims = allow;
 -- Records with a shard key (as idem_distribute(shard_key =>) makes them on
 -- Citus; made by hand here, as in shard_key.sql): each function without

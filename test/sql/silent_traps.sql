@@ -183,7 +183,24 @@ CREATE FUNCTION st_claim_wrapper(event text) RETURNS boolean
 LANGUAGE sql AS $$ SELECT idem_claim('st-pay', event) $$;
 CREATE FUNCTION st_claim_plpgsql(event text) RETURNS boolean
 LANGUAGE plpgsql AS $$ BEGIN RETURN st_claim_wrapper(event); END $$;
+CREATE FUNCTION st_claim_exception(event text) RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN st_claim_wrapper(event);
+EXCEPTION WHEN division_by_zero THEN
+    RETURN NULL;
+END $$;
 SELECT st_claim_plpgsql('evt-8');
+\echo :LAST_ERROR_SQLSTATE
+-- Inside a PL/pgSQL exception block (a subtransaction) too.
+DO $$
+BEGIN
+    BEGIN
+        PERFORM st_claim_plpgsql('evt-8-sub');
+    EXCEPTION WHEN division_by_zero THEN NULL;
+    END;
+END $$;
+SELECT st_claim_exception('evt-8');
 \echo :LAST_ERROR_SQLSTATE
 SELECT count(*) AS nothing_written FROM idem_records
  WHERE scope IN ('st-pay', 'inbox:st-consumer') AND key LIKE '%8';
@@ -197,6 +214,7 @@ SELECT outcome FROM idem_begin('st-pay', 'evt-8-lease');
 BEGIN;
 SELECT idem_claim('st-pay', 'ok-block');
 SELECT st_claim_plpgsql('ok-block-fn');
+SELECT st_claim_exception('ok-block-exception');
 COMMIT;
 SELECT idem_claim('st-pay', 'ok-implicit') AS claimed \; SELECT 1 AS one;
 UPDATE st_orders SET paid = paid + 1 WHERE id = 5 AND idem_claim('st-pay', 'ok-update');
@@ -327,6 +345,7 @@ SELECT (idem_lookup('st-fp', 'k2')).status IS NOT NULL AS exists,
        (idem_lookup('st-fp', 'k3')).status IS NULL AS absent;
 
 DROP PROCEDURE st_pay_all();
+DROP FUNCTION st_claim_exception(text);
 DROP FUNCTION st_claim_plpgsql(text);
 DROP FUNCTION st_claim_wrapper(text);
 DROP FUNCTION st_pay(text, int, numeric);

@@ -1,5 +1,5 @@
 -- Claims here stand alone in autocommit (idempotency.autocommit_claims
--- defaults to error; test/sql/autocommit_claims.sql tests that).
+-- defaults to error; test/sql/silent_traps.sql tests that).
 SET idempotency.autocommit_claims = allow;
 -- Tenant separation with row-level security (docs/security.md): a role
 -- per tenant, each allowed one scope, the scope named after the role.

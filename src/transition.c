@@ -138,21 +138,16 @@ idem_can_transition(PG_FUNCTION_ARGS)
 }
 
 /*
- * The first repeated transition a session meets in idem_transition (an
- * undeclared move from a state to itself) gives a WARNING: the state is
- * returned unchanged, so an UPDATE that sets other columns with it
- * (paid = paid + 100) applies them again for a repeated event, without an
- * error.  Once per session, so that a status-only UPDATE that repeats on
- * purpose is not flooded; idem_transition_strict is the form that refuses.
+ * A repeated transition in idem_transition (an undeclared move from a
+ * state to itself) gives a WARNING: the state is returned unchanged, so an
+ * UPDATE that sets other columns with it (paid = paid + 100) applies them
+ * again for a repeated event, without an error.  idem_transition_strict is
+ * the form that refuses; a status-only UPDATE that repeats on purpose can
+ * move the row WHERE idem_can_transition(...) instead.
  */
 static void
-warn_repeat_once(IdemMachine *m, int state)
+warn_repeat(IdemMachine *m, int state)
 {
-	static bool warned = false;
-
-	if (warned)
-		return;
-	warned = true;
 	ereport(WARNING,
 			(errmsg("idem_transition: repeated transition to \"%s\" keeps the row's state, and the rest of the statement runs",
 					idem_machine_state_name(m, state)),
@@ -195,7 +190,7 @@ transition_internal(FunctionCallInfo fcinfo, bool strict, const char *fname)
 	if (from == to && !strict)
 	{
 		if (!idem_machine_allows(m, from, to))
-			warn_repeat_once(m, to);
+			warn_repeat(m, to);
 		idem_machine_unpin();
 		PG_RETURN_DATUM(PG_GETARG_DATUM(1));
 	}

@@ -3,8 +3,8 @@
  * args.c
  *	  The argument checks every SQL-callable function of the extension
  *	  shares (scope, key, writability, the idempotency.autocommit_claims
- *	  check: is a claim a statement of its own outside a transaction
- *	  block?), the expiry of a new record (a ttl argument, or the setting
+ *	  check: would a claim commit before the work it guards, in a
+ *	  statement of its own outside a transaction block?), the expiry of a new record (a ttl argument, or the setting
  *	  idempotency.default_ttl, both defined here), the fingerprint digest,
  *	  and idem_status_is_valid, the CHECK of idem_records.status.  Calls no
  *	  other file of src/; called by the files with SQL-callable functions
@@ -26,7 +26,8 @@
  *	  - Where a call can see how its ttl argument was written (a literal of
  *	    the statement a client sent), a bare number ('7', 7 seconds) is
  *	    refused; a ttl that arrives as a value cannot be told from
- *	    '7 seconds' and is taken as it is (check_ttl_literal).
+ *	    '7 seconds', so one shorter than a minute is refused unless the
+ *	    statement writes it with its unit (idem_check_ttl_arg).
  *	  - Memory: validated arguments and digests are in the caller's
  *	    context.
  *
@@ -35,8 +36,11 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "commands/prepare.h"
 #include "miscadmin.h"
+#include "nodes/parsenodes.h"
 #include "nodes/plannodes.h"
+#include "parser/parser.h"
 #include "tcop/pquery.h"
 #include "tcop/tcopprot.h"
 #include "utils/builtins.h"
@@ -74,7 +78,7 @@ static const struct config_enum_entry autocommit_claims_options[] = {
 	{NULL, 0, false}
 };
 
-static int	autocommit_claims = AUTOCOMMIT_CLAIMS_ALLOW;
+static int	autocommit_claims = AUTOCOMMIT_CLAIMS_ERROR;
 
 /*
  * Is str (len bytes) a number without a unit: blanks, an optional sign,
@@ -197,11 +201,11 @@ idem_args_init(void)
 							   NULL);
 
 	DefineCustomEnumVariable("idempotency.autocommit_claims",
-							 "What idem_claim does when its claim commits on its own: allow, warn or error.",
-							 "A claim that is a SELECT of its own outside a transaction block and outside any function commits before the work it guards; "
+							 "What a claim that commits on its own does: error (the default), warn or allow.",
+							 "A claim made by a statement of its own outside a transaction block that writes nothing else (a SELECT, also of a function that claims) commits before the work it guards; "
 							 "if that work fails, every retry of the event is skipped.",
 							 &autocommit_claims,
-							 AUTOCOMMIT_CLAIMS_ALLOW,
+							 AUTOCOMMIT_CLAIMS_ERROR,
 							 autocommit_claims_options,
 							 PGC_USERSET,
 							 0,
@@ -300,91 +304,198 @@ called_by_portal_query(FunctionCallInfo fcinfo)
 }
 
 /*
- * Is the call fcinfo made by the statement a client sent, not by a
- * function, procedure or DO block it calls (called_by_portal_query)?  A
- * cursor that a function opens is a portal too, so the portal must also
- * run the text the client sent (debug_query_string): an EXECUTE of a
- * statement prepared with PREPARE does not (its portal runs the PREPARE's
- * text), and is not seen.  A SQL function inlined into the statement is
- * part of it.
+ * Does the client's statement stmt (a raw parse tree) carry the work of
+ * the claims it makes, so that they commit with it: a statement that
+ * writes itself (INSERT, UPDATE, DELETE, MERGE, a SELECT with a
+ * data-modifying WITH or INTO, CREATE TABLE AS), or a program that runs
+ * whole on the server and hands no claim's answer back to a later
+ * statement (DO, CALL: the procedure's own COMMITs are its decision)?
+ * EXECUTE is judged by the statement it runs, EXPLAIN by the one it
+ * explains.  A plain SELECT (of idem_claim, or of a function that calls
+ * it) does not: its claims commit before any later statement's work.
+ * *cacheable is cleared when the answer depends on more than the text (a
+ * prepared statement may be replaced).
  */
 static bool
-called_by_client_statement(FunctionCallInfo fcinfo)
+statement_carries_work(Node *stmt, bool *cacheable)
 {
-	const char *text;
+	switch (nodeTag(stmt))
+	{
+		case T_InsertStmt:
+		case T_UpdateStmt:
+		case T_DeleteStmt:
+		case T_MergeStmt:
+		case T_CreateTableAsStmt:
+		case T_DoStmt:
+		case T_CallStmt:
+			return true;
+		case T_SelectStmt:
+			{
+				SelectStmt *select = (SelectStmt *) stmt;
+				ListCell   *lc;
 
-	if (!called_by_portal_query(fcinfo) || debug_query_string == NULL)
-		return false;
-	text = ActivePortal->sourceText;
-	return text == debug_query_string || strcmp(text, debug_query_string) == 0;
+				if (select->intoClause != NULL)
+					return true;
+				if (select->withClause != NULL)
+					foreach(lc, select->withClause->ctes)
+					{
+						CommonTableExpr *cte = lfirst_node(CommonTableExpr, lc);
+
+						if (!IsA(cte->ctequery, SelectStmt))
+							return true;
+					}
+				return false;
+			}
+		case T_ExplainStmt:
+			return statement_carries_work(((ExplainStmt *) stmt)->query, cacheable);
+		case T_ExecuteStmt:
+			{
+				PreparedStatement *ps;
+
+				*cacheable = false;
+				ps = FetchPreparedStatement(((ExecuteStmt *) stmt)->name, false);
+				if (ps == NULL || ps->plansource->raw_parse_tree == NULL)
+					return true;
+				return statement_carries_work(ps->plansource->raw_parse_tree->stmt,
+											  cacheable);
+			}
+		default:
+			/* Other utility statements: not judged. */
+			return true;
+	}
 }
 
 /*
- * Whether a claim made by the call fcinfo commits on its own: the call is
- * made by a client's statement (called_by_client_statement) that is a
- * SELECT writing nothing else (no data-modifying WITH), outside a
- * transaction block (a BEGIN, or the implicit block of several statements
- * sent in one query string), and not by a Citus node on behalf of a
- * client (a delegated idem_claim: Citus names those connections
- * "citus_internal gpid=..."; the client's own session decided whether the
- * call was autocommit).
+ * Is the text a client sent (debug_query_string) one statement that does
+ * not carry the work of its claims (statement_carries_work)?  False when
+ * it cannot be parsed (a fast-path function call) or holds other than
+ * one statement.  The answer for a text is kept until the next text: the
+ * rows of one statement ask once.
  */
 static bool
-claim_commits_alone(FunctionCallInfo fcinfo)
+client_statement_is_bare(void)
 {
-	ListCell   *lc;
+	static char *cached_text = NULL;
+	static bool cached_answer = false;
+	MemoryContext cxt;
+	MemoryContext oldcxt = CurrentMemoryContext;
+	volatile bool answer = false;
+	volatile bool cacheable = true;
 
-	if (IsTransactionBlock() || !called_by_client_statement(fcinfo))
-		return false;
-	foreach(lc, ActivePortal->stmts)
+	if (cached_text != NULL && strcmp(cached_text, debug_query_string) == 0)
+		return cached_answer;
+
+	cxt = AllocSetContextCreate(CurrentMemoryContext, "idempotency autocommit check",
+								ALLOCSET_SMALL_SIZES);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
 	{
-		PlannedStmt *stmt = (PlannedStmt *) lfirst(lc);
+		List	   *stmts = raw_parser(debug_query_string, RAW_PARSE_DEFAULT);
+		bool		stable = true;
 
-		if (!IsA(stmt, PlannedStmt) || stmt->commandType != CMD_SELECT ||
-			stmt->hasModifyingCTE)
+		answer = list_length(stmts) == 1 &&
+			!statement_carries_work(linitial_node(RawStmt, stmts)->stmt, &stable);
+		cacheable = stable;
+	}
+	PG_CATCH();
+	{
+		/* Not SQL the parser takes: not judged.  Nothing ran but parsing. */
+		MemoryContextSwitchTo(oldcxt);
+		FlushErrorState();
+		answer = false;
+		cacheable = false;
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(oldcxt);
+	MemoryContextDelete(cxt);
+
+	if (cacheable)
+	{
+		if (cached_text != NULL)
+			pfree(cached_text);
+		cached_text = MemoryContextStrdup(TopMemoryContext, debug_query_string);
+		cached_answer = answer;
+	}
+	return answer;
+}
+
+/*
+ * Whether a claim made now commits on its own, before the work it guards:
+ * the transaction is no transaction block (no BEGIN, and not several
+ * statements sent in one query string, which run as one implicit block),
+ * and the statement the client sent does not carry the work itself
+ * (client_statement_is_bare), however deep in functions the claim is
+ * made: SELECT my_wrapper(key) is judged as SELECT idem_claim(key).  Not
+ * judged: a call without a client statement (a background worker), and a
+ * call a Citus node makes on behalf of a client (a delegated idem_claim:
+ * Citus names those connections "citus_internal gpid=..."; the client's
+ * own session decided whether the call was autocommit).  The first
+ * statement of an extended-protocol pipeline runs before the server knows
+ * what follows it, so it is judged as autocommit too.  In a subtransaction
+ * (a PL/pgSQL block with EXCEPTION, a savepoint) the block state of the
+ * top transaction cannot be read: the transaction counts as autocommit
+ * when it began with the client's current message (its start timestamp is
+ * the statement's, as for a simple query outside BEGIN), so a claim in an
+ * exception block under an extended-protocol Execute is not judged.
+ */
+static bool
+claim_commits_alone(void)
+{
+	if (debug_query_string == NULL)
+		return false;
+	if (IsSubTransaction())
+	{
+		if (GetCurrentTransactionStartTimestamp() != GetCurrentStatementStartTimestamp())
 			return false;
 	}
+	else if (IsTransactionBlock())
+		return false;
 	if (application_name != NULL &&
 		strncmp(application_name, "citus_internal gpid=", 20) == 0)
 		return false;
-	return true;
+	return client_statement_is_bare();
 }
 
 /*
- * idempotency.autocommit_claims: under 'warn' or 'error', a WARNING or an
- * ERROR (25P01) when a claim made by the call fcinfo would commit on its
- * own (claim_commits_alone); nothing under 'allow', the default, which
- * costs one comparison.  Called before anything is written.
+ * idempotency.autocommit_claims: under 'error', the default, an ERROR
+ * (25P01), under 'warn' a WARNING, when a claim made by fname would
+ * commit on its own (claim_commits_alone); nothing under 'allow'.  Inside
+ * a transaction block this costs one test; in autocommit, one parse of
+ * the client's statement per statement.  Called before anything is
+ * written, by every function that writes a claim a later statement acts
+ * on: idem_claim (and so idem_inbox and idem_http_begin, which call it),
+ * idem_claim_many and idem_token_consume.  Not by idem_begin, whose lease
+ * is meant to commit on its own (a failed worker's lease runs out).
  */
 void
 idem_check_autocommit_claim(FunctionCallInfo fcinfo, const char *fname)
 {
-	if (autocommit_claims == AUTOCOMMIT_CLAIMS_ALLOW || !claim_commits_alone(fcinfo))
+	if (autocommit_claims == AUTOCOMMIT_CLAIMS_ALLOW || !claim_commits_alone())
 		return;
 	ereport(autocommit_claims == AUTOCOMMIT_CLAIMS_ERROR ? ERROR : WARNING,
 			(errcode(ERRCODE_NO_ACTIVE_SQL_TRANSACTION),
 			 errmsg("%s: the claim commits on its own", fname),
-			 errdetail("The call is a statement of its own outside a transaction block, so the claim commits before the work it guards: if that work fails, every retry of the event finds the key claimed and skips it."),
-			 errhint("Claim in the transaction that does the work (BEGIN, %s, the work, COMMIT), or set idempotency.autocommit_claims to allow where a claim is meant to stand alone.",
+			 errdetail("The call is part of a statement of its own outside a transaction block that writes nothing else, so the claim commits before the work it guards: if that work fails, every retry of the event finds the key claimed and skips it."),
+			 errhint("Claim in the transaction that does the work (BEGIN, %s, the work, COMMIT), or in the statement that writes it; where a claim is meant to stand alone, set idempotency.autocommit_claims to allow (for one function: ALTER FUNCTION ... SET idempotency.autocommit_claims = allow).",
 					 fname)));
 }
 
 /*
- * Refuse a ttl argument (argument argno of the call, whose value is ttl)
- * written as a quoted number without a unit, ttl => '7', which is 7
- * seconds, when the call can see how it was written: the argument is a
- * constant of the query the active portal runs (called_by_portal_query:
- * a statement a client sent, an EXECUTE, a query a PL/pgSQL FOR loop
- * reads), whose text at the constant's location is that literal, and the
- * literal gives the same interval.  A ttl that arrives as a value (a
- * parameter, a variable of a function, an expression), or is written in a
- * function's body (a FOR loop's query aside), cannot be told from
- * '7 seconds' and is taken as it is.  An F_at twin calls its F with its own expression, whose
- * first argument (the shard key) F does not have.
+ * How a ttl argument (argument argno of the call, whose value is ttl) was
+ * written, when the call can see it: the argument is a constant of the
+ * query the active portal runs (called_by_portal_query: a statement a
+ * client sent, an EXECUTE, a query a PL/pgSQL FOR loop reads), whose text
+ * at the constant's location is a quoted literal that gives the same
+ * interval.  A quoted number without a unit, ttl => '7', which is 7
+ * seconds, is refused (22023); true for a literal that names its unit;
+ * false when the call cannot see a literal (a parameter, a variable of a
+ * function, an expression, a constant in a function's body).  An F_at
+ * twin calls its F with its own expression, whose first argument (the
+ * shard key) F does not have.
  */
-static void
-check_ttl_literal(FunctionCallInfo fcinfo, int argno, Interval *ttl,
-				  const char *fname)
+static bool
+ttl_literal_with_unit(FunctionCallInfo fcinfo, int argno, Interval *ttl,
+					  const char *fname)
 {
 	FmgrInfo   *flinfo = fcinfo->flinfo;
 	List	   *args;
@@ -399,36 +510,39 @@ check_ttl_literal(FunctionCallInfo fcinfo, int argno, Interval *ttl,
 	Interval	parsed;
 
 	if (flinfo == NULL || flinfo->fn_expr == NULL || !IsA(flinfo->fn_expr, FuncExpr))
-		return;
+		return false;
 	args = ((FuncExpr *) flinfo->fn_expr)->args;
 	skip = list_length(args) - PG_NARGS();
 	if (skip < 0 || argno + skip >= list_length(args))
-		return;
+		return false;
 	arg = (Node *) list_nth(args, argno + skip);
 	if (!IsA(arg, Const))
-		return;
+		return false;
 	c = (Const *) arg;
 	if (c->constisnull || c->location < 0 || !called_by_portal_query(fcinfo))
-		return;
+		return false;
 
 	src = ActivePortal->sourceText;
 	srclen = strlen(src);
 	if ((size_t) c->location >= srclen || src[c->location] != '\'')
-		return;
+		return false;
 	start = src + c->location + 1;
 	end = memchr(start, '\'', srclen - (start - src));
-	if (end == NULL || !is_bare_number(start, end - start))
-		return;
+	if (end == NULL)
+		return false;
+	number = pnstrdup(start, end - start);
+	if (!idem_parse_interval(number, &parsed) ||
+		!DatumGetBool(DirectFunctionCall2(interval_eq, IntervalPGetDatum(&parsed),
+										  IntervalPGetDatum(ttl))))
+		return false;
+	if (!is_bare_number(start, end - start))
+		return true;
 	/* The number without the blanks around it, for the messages. */
 	while (isspace((unsigned char) *start))
 		start++;
 	while (end > start && isspace((unsigned char) end[-1]))
 		end--;
 	number = pnstrdup(start, end - start);
-	if (!idem_parse_interval(number, &parsed) ||
-		!DatumGetBool(DirectFunctionCall2(interval_eq, IntervalPGetDatum(&parsed),
-										  IntervalPGetDatum(ttl))))
-		return;
 	ereport(ERROR,
 			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 			 errmsg("%s: ttl '%s' has no unit", fname, number),
@@ -436,6 +550,37 @@ check_ttl_literal(FunctionCallInfo fcinfo, int argno, Interval *ttl,
 					   number, number),
 			 errhint("Name the unit, for example ttl => '7 days' (or '%s seconds' if seconds are meant).",
 					 number)));
+	return false;				/* not reached */
+}
+
+/*
+ * Refuse (22023) a ttl argument shorter than a minute (no months or days,
+ * less than 60 seconds) unless the statement the client sent writes it as
+ * a literal with its unit (ttl_literal_with_unit): a number that reaches
+ * the function as an interval ('7' as a bound parameter, a PREPARE
+ * parameter, a variable, '7'::text::interval) counts seconds, and the
+ * value no longer shows how it was written.  A bare number written in the
+ * statement is refused whatever its size.  A window under a minute that is
+ * meant stays possible: written in the statement ('30 seconds'), or as
+ * idempotency.default_ttl, whose text is checked.
+ */
+void
+idem_check_ttl_arg(FunctionCallInfo fcinfo, int argno, Interval *ttl,
+				   const char *fname)
+{
+	char	   *shown;
+
+	if (ttl_literal_with_unit(fcinfo, argno, ttl, fname))
+		return;
+	if (ttl->month != 0 || ttl->day != 0 || ttl->time <= 0 ||
+		ttl->time >= 60 * USECS_PER_SEC)
+		return;
+	shown = DatumGetCString(DirectFunctionCall1(interval_out, IntervalPGetDatum(ttl)));
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("%s: ttl %s is shorter than a minute", fname, shown),
+			 errdetail("A ttl under a minute that arrives as a value is refused: a number without a unit ('7', as a parameter, a variable or a cast) counts seconds, and the value no longer shows whether seconds were meant."),
+			 errhint("Name the unit when the value is made, for example '7 days'; for a window under a minute, write it in the statement (ttl => '30 seconds') or set idempotency.default_ttl (SET LOCAL idempotency.default_ttl = '30 seconds') and pass no ttl.")));
 }
 
 /*
@@ -507,7 +652,8 @@ idem_add_interval(TimestampTz base, Interval *span, const char *what,
  * negative (a variant of the function without a ttl argument).
  * 'infinity' gives the timestamp infinity.  Fails with 22023 for a ttl
  * that is not positive or reaches beyond timestamptz (idem_add_interval),
- * or that is written as a bare number (check_ttl_literal).
+ * that is written as a bare number, or that is shorter than a minute and
+ * not written with its unit (idem_check_ttl_arg).
  */
 TimestampTz
 idem_expiry(FunctionCallInfo fcinfo, int argno, TimestampTz now,
@@ -518,7 +664,7 @@ idem_expiry(FunctionCallInfo fcinfo, int argno, TimestampTz now,
 		Interval   *ttl = PG_GETARG_INTERVAL_P(argno);
 		TimestampTz expires = idem_add_interval(now, ttl, "ttl", fname);
 
-		check_ttl_literal(fcinfo, argno, ttl, fname);
+		idem_check_ttl_arg(fcinfo, argno, ttl, fname);
 		return expires;
 	}
 

@@ -528,6 +528,7 @@ idem_claim_many(PG_FUNCTION_ARGS)
 	batch_arg_keys(fcinfo, 1, fname, &elems, &nelems, &lbound);
 
 	idem_check_writable(fname);
+	idem_check_autocommit_claim(fcinfo, fname);
 
 	now = GetCurrentTimestamp();
 	expires = idem_expiry(fcinfo, 2, now, fname);

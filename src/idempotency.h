@@ -76,6 +76,8 @@ extern text *idem_arg_key(FunctionCallInfo fcinfo, int argno, const char *fname)
 extern void idem_check_key(text *key, const char *fname);
 extern void idem_check_writable(const char *fname);
 extern void idem_check_autocommit_claim(FunctionCallInfo fcinfo, const char *fname);
+extern void idem_check_ttl_arg(FunctionCallInfo fcinfo, int argno, Interval *ttl,
+							   const char *fname);
 extern TimestampTz idem_expiry(FunctionCallInfo fcinfo, int argno,
 							   TimestampTz now, const char *fname);
 extern TimestampTz idem_add_interval(TimestampTz base, Interval *span,

@@ -178,8 +178,9 @@ static IdemQuery q_summary = {
 /*
  * idem_complete(scope text, key text, result jsonb) RETURNS void
  *
- * Marks a claimed record completed and stores result (NULL allowed) for
- * replay.  Fails with 22004/22023/22001 as idem_claim, 25006 (read-only),
+ * Marks a claimed record completed and stores result for replay.  Fails
+ * with 22004/22023/22001 as idem_claim, 22004 also for a NULL result
+ * (completed with nothing to replay), 25006 (read-only),
  * ID002 (no live record: absent, expired, or claimed by a transaction
  * that has not committed), ID005 (the record is not in status 'claimed':
  * already completed, failed, or in progress under a lease), 55000 (the
@@ -197,18 +198,22 @@ idem_complete(PG_FUNCTION_ARGS)
 	Datum		values[4];
 	char		nulls[4] = {' ', ' ', ' ', ' '};
 
+	/*
+	 * A NULL result would store "completed" with nothing to replay, and is
+	 * most often a lookup that found nothing: refused.
+	 */
+	if (PG_ARGISNULL(2))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s: result must not be null", fname),
+				 errdetail("A completed record is replayed from its result; a null result would replay nothing."),
+				 errhint("Pass the response to replay; for a request with no response, pass '{}' or 'null'::jsonb.")));
 	idem_check_writable(fname);
 	now = GetCurrentTimestamp();
 
 	values[0] = PointerGetDatum(scope);
 	values[1] = PointerGetDatum(key);
-	if (PG_ARGISNULL(2))
-	{
-		values[2] = (Datum) 0;
-		nulls[2] = 'n';
-	}
-	else
-		values[2] = PointerGetDatum(PG_GETARG_JSONB_P(2));
+	values[2] = PointerGetDatum(PG_GETARG_JSONB_P(2));
 	values[3] = TimestampTzGetDatum(now);
 
 	idem_spi_connect();

@@ -157,6 +157,7 @@ idem_token_issue(PG_FUNCTION_ARGS)
 
 	now = GetCurrentTimestamp();
 	expires = idem_add_interval(now, PG_GETARG_INTERVAL_P(1), "ttl", fname);
+	idem_check_ttl_arg(fcinfo, 1, PG_GETARG_INTERVAL_P(1), fname);
 
 	/* Allocated here, not under SPI: it is the result. */
 	token = (text *) palloc(VARHDRSZ + TOKEN_CHARS);
@@ -191,7 +192,8 @@ idem_token_issue(PG_FUNCTION_ARGS)
  * (read-only transaction), 40001 (REPEATABLE READ or SERIALIZABLE and a
  * concurrent transaction consumed the token after the snapshot),
  * 55P03/57014 (lock_timeout/statement_timeout while a concurrent consumer
- * holds the token).
+ * holds the token), 25P01 (the use would commit on its own and
+ * idempotency.autocommit_claims is error: args.c).
  */
 Datum
 idem_token_consume(PG_FUNCTION_ARGS)
@@ -204,6 +206,7 @@ idem_token_consume(PG_FUNCTION_ARGS)
 	bool		consumed;
 
 	idem_check_writable(fname);
+	idem_check_autocommit_claim(fcinfo, fname);
 
 	values[0] = PointerGetDatum(scope);
 	values[1] = PointerGetDatum(token);

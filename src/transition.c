@@ -138,6 +138,25 @@ idem_can_transition(PG_FUNCTION_ARGS)
 }
 
 /*
+ * A repeated transition in idem_transition (an undeclared move from a
+ * state to itself) gives a WARNING: the state is returned unchanged, so an
+ * UPDATE that sets other columns with it (paid = paid + 100) applies them
+ * again for a repeated event, without an error.  idem_transition_strict is
+ * the form that refuses; a status-only UPDATE that repeats on purpose can
+ * move the row WHERE idem_can_transition(...) instead.
+ */
+static void
+warn_repeat(IdemMachine *m, int state)
+{
+	ereport(WARNING,
+			(errmsg("idem_transition: repeated transition to \"%s\" keeps the row's state, and the rest of the statement runs",
+					idem_machine_state_name(m, state)),
+			 errdetail("Machine \"%s\" does not declare a transition from \"%s\" to itself, so idem_transition returns the state unchanged: an UPDATE that also sets other columns (paid = paid + 100) applies them again for a repeated event.",
+					   idem_machine_name(m), idem_machine_state_name(m, state)),
+			 errhint("Use idem_transition_strict, which refuses the repeat (ID006), or move the row only WHERE idem_can_transition(...).")));
+}
+
+/*
  * The body of idem_transition and idem_transition_strict: to_state when
  * from_state -> to_state is declared.  When the two are equal and the
  * machine does not declare the move (a repeated event), idem_transition
@@ -170,6 +189,8 @@ transition_internal(FunctionCallInfo fcinfo, bool strict, const char *fname)
 
 	if (from == to && !strict)
 	{
+		if (!idem_machine_allows(m, from, to))
+			warn_repeat(m, to);
 		idem_machine_unpin();
 		PG_RETURN_DATUM(PG_GETARG_DATUM(1));
 	}

@@ -186,10 +186,12 @@ BEGIN
     IF pg_catalog.current_setting('transaction_read_only') OPERATOR(pg_catalog.=) 'on' THEN
         RAISE EXCEPTION 'cannot execute idem_claim_many() in a read-only transaction' USING ERRCODE = '25006';
     END IF;
+    @@autocommit(idem_claim_many)@@
 
     now_ := pg_catalog.clock_timestamp();
 
     -- The expiry (src/args.c, idem_expiry and idem_add_interval).
+    @@short_ttl(idem_claim_many)@@
     @@expiry(idem_claim_many)@@
 
     -- The distinct keys, bytewise.

@@ -86,6 +86,7 @@ BEGIN
     END IF;
 
     -- The expiry (src/args.c, idem_expiry and idem_add_interval).
+    @@short_ttl(idem_begin)@@
     @@expiry(idem_begin)@@
 
     IF fingerprint IS NOT NULL THEN

@@ -513,6 +513,10 @@ BEGIN
     _state := to_state;
     @@state_check@@
     IF from_state COLLATE pg_catalog."C" OPERATOR(pg_catalog.=) to_state THEN
+        -- A repeat warns, as the C's warn_repeat.
+        RAISE WARNING 'idem_transition: repeated transition to "%" keeps the row''s state, and the rest of the statement runs', to_state
+            USING DETAIL = pg_catalog.format('Machine "%s" does not declare a transition from "%s" to itself, so idem_transition returns the state unchanged: an UPDATE that also sets other columns (paid = paid + 100) applies them again for a repeated event.', mname, to_state),
+                  HINT = 'Use idem_transition_strict, which refuses the repeat (ID006), or move the row only WHERE idem_can_transition(...).';
         RETURN from_state;
     END IF;
     _from := from_state;

@@ -47,6 +47,30 @@ BEGIN
 END
 $$;
 
+-- short_ttl: refuse (22023) a ttl under a minute (no years, months or
+-- days) unless the client's statement (current_query()) writes it as a
+-- literal with its unit, as the C's idem_check_ttl_arg: '7' as a bound
+-- parameter, a PREPARE parameter, a variable or a cast is 7 seconds.
+-- Works on the caller's ttl; the caller's name, the fragment's argument,
+-- in the message.
+-- portable-fragment: short_ttl
+FRAGMENT AS $$
+IF ttl OPERATOR(pg_catalog.<) '1 minute'::pg_catalog.interval
+   AND ttl OPERATOR(pg_catalog.>) '0'::pg_catalog.interval
+   AND pg_catalog.date_part('year', ttl) OPERATOR(pg_catalog.=) 0
+   AND pg_catalog.date_part('month', ttl) OPERATOR(pg_catalog.=) 0
+   AND pg_catalog.date_part('day', ttl) OPERATOR(pg_catalog.=) 0
+   AND NOT EXISTS (
+       SELECT FROM pg_catalog.regexp_matches(pg_catalog.current_query(),
+                       '''(\s*(?:[-+]?[0-9.]+\s*(?:us|usecs?|microseconds?|ms|msecs?|milliseconds?|s|secs?|seconds?)|[0-9]+:[0-9]+(?::[0-9.]+)?)\s*)''', 'gi') AS m
+        WHERE m[1]::pg_catalog.interval OPERATOR(pg_catalog.=) ttl) THEN
+    RAISE EXCEPTION '{{ARG}}: ttl % is shorter than a minute', ttl
+        USING ERRCODE = '22023',
+              DETAIL = 'A ttl under a minute that arrives as a value is refused: a number without a unit (''7'', as a parameter, a variable or a cast) counts seconds, and the value no longer shows whether seconds were meant.',
+              HINT = 'Name the unit when the value is made, for example ''7 days''; for a window under a minute, write it in the statement (ttl => ''30 seconds'') or set idempotency.default_ttl (SET LOCAL idempotency.default_ttl = ''30 seconds'') and pass no ttl.';
+END IF;
+$$;
+
 -- expiry: expires := now_ + the ttl (span := ttl, or the setting
 -- idempotency.default_ttl, or 7 days; 'infinity' as set), as the C's
 -- idem_expiry and idem_add_interval (src/args.c), unless expires is set
@@ -116,6 +140,73 @@ IF expires IS NULL THEN
 END IF;
 $$;
 
+-- autocommit: idempotency.autocommit_claims, as src/args.c's
+-- idem_check_autocommit_claim, as far as PL/pgSQL can tell (docs/managed.md,
+-- behaviour autocommit-claims).  The setting must be allow, warn or error
+-- (22023 otherwise; unset is error).  A claim commits on its own when its
+-- transaction began with the current client message (transaction_timestamp()
+-- = statement_timestamp(): exact for a simple query, never true for an
+-- extended-protocol Execute, whose transaction began at its Parse or Bind)
+-- and that message, current_query() without its string literals and
+-- comments, is one statement (no ';' inside: several statements run as one
+-- implicit block) that writes nothing: it begins with SELECT, VALUES, TABLE,
+-- WITH or EXPLAIN and names no INSERT, UPDATE, DELETE, MERGE or INTO, or is
+-- an EXECUTE of such a prepared statement.  The caller's name, the
+-- fragment's argument, in the message.
+-- portable-fragment: autocommit
+FRAGMENT AS $$
+DECLARE
+    ac_mode pg_catalog.text := pg_catalog.lower(pg_catalog.current_setting('idempotency.autocommit_claims', true));
+    ac_text pg_catalog.text;
+    ac_word pg_catalog.text;
+    ac_name pg_catalog.text;
+BEGIN
+    IF ac_mode OPERATOR(pg_catalog.<>) ALL ('{"",allow,warn,error}'::pg_catalog.text[]) THEN
+        RAISE EXCEPTION 'invalid value for parameter "idempotency.autocommit_claims": "%"',
+                        pg_catalog.current_setting('idempotency.autocommit_claims', true)
+            USING ERRCODE = '22023', HINT = 'Available values: allow, warn, error.';
+    END IF;
+    IF pg_catalog.transaction_timestamp() OPERATOR(pg_catalog.=) pg_catalog.statement_timestamp()
+       AND COALESCE(ac_mode, '') OPERATOR(pg_catalog.<>) 'allow' THEN
+        ac_text := pg_catalog.current_query();
+        FOR ac_round IN 1 .. 2 LOOP
+            ac_text := pg_catalog.regexp_replace(ac_text, '''([^'']|'''')*''', '''''', 'g');
+            ac_text := pg_catalog.regexp_replace(ac_text, '--[^\n]*', ' ', 'g');
+            ac_text := pg_catalog.regexp_replace(ac_text, '/\*.*?\*/', ' ', 'g');
+            ac_text := pg_catalog.btrim(ac_text, E' \t\r\n;');
+            -- A statement prepared with PREPARE shows its PREPARE.
+            ac_text := pg_catalog.regexp_replace(ac_text,
+                           '^prepare\s+("[^"]*"|\w+)\s*(\([^)]*\))?\s+as\s+', '', 'i');
+            EXIT WHEN ac_text IS NULL OR pg_catalog.strpos(ac_text, ';') OPERATOR(pg_catalog.>) 0;
+            ac_word := pg_catalog.lower(pg_catalog.substring(ac_text, '^[A-Za-z]+'));
+            IF ac_word OPERATOR(pg_catalog.=) 'execute' AND ac_round OPERATOR(pg_catalog.=) 1 THEN
+                ac_name := pg_catalog.substring(ac_text, '^[A-Za-z]+\s+("[^"]*"|\w+)');
+                ac_name := CASE WHEN pg_catalog.left(ac_name, 1) OPERATOR(pg_catalog.=) '"'
+                                THEN pg_catalog.btrim(ac_name, '"') ELSE pg_catalog.lower(ac_name) END;
+                SELECT p.statement INTO ac_text FROM pg_catalog.pg_prepared_statements AS p
+                 WHERE p.name OPERATOR(pg_catalog.=) ac_name;
+                CONTINUE;
+            END IF;
+            IF ac_word OPERATOR(pg_catalog.=) ANY ('{select,values,table,with,explain}'::pg_catalog.text[])
+               AND ac_text OPERATOR(pg_catalog.!~*) '\m(insert|update|delete|merge|into)\M' THEN
+                IF ac_mode OPERATOR(pg_catalog.=) 'warn' THEN
+                    RAISE WARNING '{{ARG}}: the claim commits on its own'
+                        USING ERRCODE = '25P01',
+                              DETAIL = 'The call is part of a statement of its own outside a transaction block that writes nothing else, so the claim commits before the work it guards: if that work fails, every retry of the event finds the key claimed and skips it.',
+                              HINT = 'Claim in the transaction that does the work (BEGIN, {{ARG}}, the work, COMMIT), or in the statement that writes it; where a claim is meant to stand alone, set idempotency.autocommit_claims to allow (for one function: ALTER FUNCTION ... SET idempotency.autocommit_claims = allow).';
+                ELSE
+                    RAISE EXCEPTION '{{ARG}}: the claim commits on its own'
+                        USING ERRCODE = '25P01',
+                              DETAIL = 'The call is part of a statement of its own outside a transaction block that writes nothing else, so the claim commits before the work it guards: if that work fails, every retry of the event finds the key claimed and skips it.',
+                              HINT = 'Claim in the transaction that does the work (BEGIN, {{ARG}}, the work, COMMIT), or in the statement that writes it; where a claim is meant to stand alone, set idempotency.autocommit_claims to allow (for one function: ALTER FUNCTION ... SET idempotency.autocommit_claims = allow).';
+                END IF;
+            END IF;
+            EXIT;
+        END LOOP;
+    END IF;
+END;
+$$;
+
 -- idem_claim(scope, key, ttl, fingerprint): src/claim.c's claim_internal
 -- and idem_claim_spi.  INSERT ... ON CONFLICT DO NOTHING decides through
 -- the primary key (it waits for an uncommitted claim of the key, and
@@ -160,6 +251,8 @@ DECLARE
     rec_locked pg_catalog.timestamptz;
     verdict pg_catalog.text;
 BEGIN
+    @@autocommit(idem_claim)@@
+
     -- A null scope or key makes the test null: the long way.
     IF pg_catalog.octet_length(key) OPERATOR(pg_catalog.<=) 1024
        AND pg_catalog.octet_length(key) OPERATOR(pg_catalog.>=) 1
@@ -198,7 +291,8 @@ BEGIN
             expires := CASE WHEN ttl IS NULL THEN
                                 CASE WHEN COALESCE(pg_catalog.current_setting('idempotency.default_ttl', true), '') OPERATOR(pg_catalog.=) ''
                                      THEN now_ OPERATOR(pg_catalog.+) '7 days'::pg_catalog.interval END
-                            WHEN pg_catalog.abs(pg_catalog.date_part('year', ttl)) OPERATOR(pg_catalog.<) 1000
+                            WHEN ttl OPERATOR(pg_catalog.>=) '1 minute'::pg_catalog.interval
+                                 AND pg_catalog.abs(pg_catalog.date_part('year', ttl)) OPERATOR(pg_catalog.<) 1000
                                  AND pg_catalog.abs(pg_catalog.date_part('day', ttl)) OPERATOR(pg_catalog.<) 300000
                                  AND pg_catalog.abs(pg_catalog.date_part('hour', ttl)) OPERATOR(pg_catalog.<) 7000000
                             THEN now_ OPERATOR(pg_catalog.+) ttl END;
@@ -266,6 +360,7 @@ BEGIN
     END IF;
 
     -- The expiry (src/args.c, idem_expiry and idem_add_interval).
+    @@short_ttl(idem_claim)@@
     @@expiry(idem_claim)@@
 
     IF fingerprint IS NOT NULL THEN
@@ -384,6 +479,12 @@ BEGIN
             USING ERRCODE = '22001',
                   DETAIL = pg_catalog.format('The key is %s bytes; the limit is 1024 bytes.', pg_catalog.octet_length(key)),
                   HINT = 'Hash long natural keys, for example with sha256(), and use the digest as the key.';
+    END IF;
+    IF idem_complete.result IS NULL THEN
+        RAISE EXCEPTION 'idem_complete: result must not be null'
+            USING ERRCODE = '22004',
+                  DETAIL = 'A completed record is replayed from its result; a null result would replay nothing.',
+                  HINT = 'Pass the response to replay; for a request with no response, pass ''{}'' or ''null''::jsonb.';
     END IF;
     IF pg_catalog.current_setting('transaction_read_only') OPERATOR(pg_catalog.=) 'on' THEN
         RAISE EXCEPTION 'cannot execute idem_complete() in a read-only transaction' USING ERRCODE = '25006';

@@ -42,6 +42,7 @@ BEGIN
     END IF;
 
     now_ := pg_catalog.clock_timestamp();
+    @@short_ttl(idem_token_issue)@@
     -- now + ttl (src/args.c, idem_add_interval).
     IF pg_catalog.abs(pg_catalog.date_part('year', ttl)) OPERATOR(pg_catalog.<) 1000
        AND pg_catalog.abs(pg_catalog.date_part('day', ttl)) OPERATOR(pg_catalog.<) 300000
@@ -121,6 +122,7 @@ BEGIN
     IF pg_catalog.current_setting('transaction_read_only') OPERATOR(pg_catalog.=) 'on' THEN
         RAISE EXCEPTION 'cannot execute idem_token_consume() in a read-only transaction' USING ERRCODE = '25006';
     END IF;
+    @@autocommit(idem_token_consume)@@
     now_ := pg_catalog.clock_timestamp();
     UPDATE @extschema@.idem_records AS r
        SET status = 'consumed', updated_at = now_

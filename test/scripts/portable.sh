@@ -225,7 +225,9 @@ if [ "$have_tle" = 1 ]; then
                 -c "SELECT idem.idem_grant('idem_tle_app')" 2>>"$WORK/tle.log") &&
        got2=$(idem_psql -At -U idem_tle_app -d idem_tle_smoke -f - 2>>"$WORK/tle.log" <<'EOF'
 SET search_path = idem;
+BEGIN;
 SELECT idem_claim('smoke', 'k1') AS first, idem_claim('smoke', 'k1') AS again;
+COMMIT;
 SELECT outcome, token IS NOT NULL FROM idem_begin('smoke', 'job');
 SELECT idem_finish('smoke', 'job', (SELECT token FROM idem_records WHERE key = 'job'), '{"ok": 1}');
 SELECT outcome, result FROM idem_begin('smoke', 'job');
@@ -453,7 +455,7 @@ cp "$WORK/released.orig" "$NEXTDIR/$REL"; cp "$WORK/sums.orig" "$NEXTDIR/sql/rel
 # The state a database keeps across an upgrade, and what NEXT adds.
 upgrade_probe() { # db schema [user]
     idem_psql -At -U "${3:-postgres}" -d "$1" -c "SET search_path = $2" \
-        -c "SELECT idem_claim('up', 'k1')" \
+        -c "SET idempotency.autocommit_claims = allow" -c "SELECT idem_claim('up', 'k1')" \
         -c "SELECT idem_synthetic_next()" \
         -c "SELECT count(*) FROM idem_synthetic_next" \
         -c "SELECT count(*) FILTER (WHERE prosrc LIKE '%the synthetic release%') || '/' || count(*) FROM pg_proc
@@ -470,7 +472,7 @@ if [ "$have_tle" = 1 ]; then
          idem_psql -d idem_up_tle -c "CREATE EXTENSION pg_tle" &&
          idem_psql -U idem_tle_admin -d idem_up_tle -f "$TLE" &&
          idem_psql -U idem_tle_admin -d idem_up_tle -c "CREATE SCHEMA idem" -c "CREATE EXTENSION idempotency SCHEMA idem" \
-             -c "SELECT idem.idem_claim('up', 'k1')" &&
+             -c "SET idempotency.autocommit_claims = allow" -c "SELECT idem.idem_claim('up', 'k1')" &&
          idem_psql -U idem_tle_admin -d idem_up_tle -f "$TLE_NEXT" &&
          got=$(idem_psql -At -U idem_tle_admin -d idem_up_tle \
                  -c "SELECT extversion FROM pg_extension WHERE extname = 'idempotency'" \
@@ -510,7 +512,7 @@ plain_run() { # db file [schema] -> psql's output and status
     idem_as_pg env PGOPTIONS="-c idempotency.install_schema=${3-idem}" \
         psql -X -q -v ON_ERROR_STOP=1 -h "$IDEM_PGHOST" -p "$IDEM_PGPORT" -U postgres -d "$1" -f "$2" 2>&1
 }
-if { make_db idem_up_plain plain idem && idem_psql -d idem_up_plain -c "SELECT idem.idem_claim('up', 'k1')" &&
+if { make_db idem_up_plain plain idem && idem_psql -d idem_up_plain -c "SET idempotency.autocommit_claims = allow" -c "SELECT idem.idem_claim('up', 'k1')" &&
      plain_run idem_up_plain "$PLAIN_UP" &&
      got=$(idem_psql -At -d idem_up_plain -c "SELECT version, edition FROM idem.idem_portable_version") &&
      got2=$(upgrade_probe idem_up_plain idem) &&
@@ -714,7 +716,7 @@ if [ "$have_tle" = 1 ]; then
          dbdev_register idem_dbdev "$DBDEV" &&
          idem_psql -U idem_tle_admin -d idem_dbdev -c "CREATE SCHEMA idem" -c "CREATE EXTENSION \"test@idempotency\" SCHEMA idem" &&
          got=$(idem_psql -At -U idem_tle_admin -d idem_dbdev -c "SELECT idem.idem_grant('idem_tle_admin')" \
-                 -c "SELECT idem.idem_claim('d', 'k'), idem.idem_claim('d', 'k')") &&
+                 -c "SET idempotency.autocommit_claims = allow" -c "SELECT idem.idem_claim('d', 'k'), idem.idem_claim('d', 'k')") &&
          # One copy: the plain script beside it refuses, naming the package.
          ! plain_run idem_dbdev "$PLAIN" idem2 >"$WORK/dbdev-one.log" 2>&1 &&
          refuses "$WORK/dbdev-one.log" "the portable edition, database.dev package test@idempotency" &&

@@ -1,3 +1,6 @@
+-- Claims here stand alone in autocommit (idempotency.autocommit_claims
+-- defaults to error; test/sql/silent_traps.sql tests that).
+SET idempotency.autocommit_claims = allow;
 -- idem_claim_many (batch claims): results in array order,
 -- repeated keys, takeover of expired/retryable/abandoned records, the
 -- canonical (bytewise) claim order, TTLs, set-returning contexts, and

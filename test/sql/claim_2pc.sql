@@ -1,3 +1,6 @@
+-- Claims here stand alone in autocommit (idempotency.autocommit_claims
+-- defaults to error; test/sql/silent_traps.sql tests that).
+SET idempotency.autocommit_claims = allow;
 -- Two-phase commit: a claim (or completion, or release) inside a prepared
 -- transaction behaves like any write: it holds the key until COMMIT
 -- PREPARED or ROLLBACK PREPARED, and others wait for it (here: until

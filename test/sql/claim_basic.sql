@@ -1,3 +1,6 @@
+-- Claims here stand alone in autocommit (idempotency.autocommit_claims
+-- defaults to error; test/sql/silent_traps.sql tests that).
+SET idempotency.autocommit_claims = allow;
 -- idem_claim basics: ownership, duplicates, the default scope, rollback,
 -- exact-byte keys, and the cost of a duplicate (no XID, no dead tuple, no
 -- subtransaction).

@@ -1,3 +1,6 @@
+-- Claims here stand alone in autocommit (idempotency.autocommit_claims
+-- defaults to error; test/sql/silent_traps.sql tests that).
+SET idempotency.autocommit_claims = allow;
 -- idem_claim's fast path (src/claim_direct.c) and its SPI path give the same
 -- answers; the fast path writes nothing for a duplicate, and steps aside
 -- (or evaluates everything) when a DBA has changed idem_records.

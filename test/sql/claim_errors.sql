@@ -1,3 +1,6 @@
+-- Claims here stand alone in autocommit (idempotency.autocommit_claims
+-- defaults to error; test/sql/silent_traps.sql tests that).
+SET idempotency.autocommit_claims = allow;
 -- Bad input to the core functions: every error path gets a clear
 -- message with the standard SQLSTATE, and leaves nothing behind.
 TRUNCATE idem_records;

@@ -1,3 +1,6 @@
+-- Claims here stand alone in autocommit (idempotency.autocommit_claims
+-- defaults to error; test/sql/silent_traps.sql tests that).
+SET idempotency.autocommit_claims = allow;
 -- Fingerprints: a digest of the request is stored on first claim (never
 -- the request itself); a later claim of the same live key with a
 -- different non-NULL fingerprint fails with ID001 and changes nothing.

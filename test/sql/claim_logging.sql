@@ -1,3 +1,6 @@
+-- Claims here stand alone in autocommit (idempotency.autocommit_claims
+-- defaults to error; test/sql/silent_traps.sql tests that).
+SET idempotency.autocommit_claims = allow;
 -- idempotency.log_duplicates: off by default; when on, each duplicate claim
 -- logs one LOG line with the scope, the key, the first-claimed time and the
 -- status.  client_min_messages = log shows LOG lines here; first-claimed

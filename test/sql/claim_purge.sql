@@ -1,3 +1,6 @@
+-- Claims here stand alone in autocommit (idempotency.autocommit_claims
+-- defaults to error; test/sql/silent_traps.sql tests that).
+SET idempotency.autocommit_claims = allow;
 -- idem_purge: removes at most batch_size expired records per call, oldest
 -- expiry first, and returns how many; live records and records that never
 -- expire stay.  (Skipping locked rows is shown by the isolation spec

@@ -1,3 +1,6 @@
+-- Claims here stand alone in autocommit (idempotency.autocommit_claims
+-- defaults to error; test/sql/silent_traps.sql tests that).
+SET idempotency.autocommit_claims = allow;
 -- Read-only transactions (and so a hot standby, see test/t/003): every
 -- writing function fails with 25006 and a message naming it, even when it
 -- would have written nothing; idem_lookup works.

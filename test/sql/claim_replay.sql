@@ -1,3 +1,6 @@
+-- Claims here stand alone in autocommit (idempotency.autocommit_claims
+-- defaults to error; test/sql/silent_traps.sql tests that).
+SET idempotency.autocommit_claims = allow;
 -- idem_complete, idem_lookup and idem_release: storing a result, replaying
 -- it for duplicates, and freeing a key; with their errors ID002 and ID005.
 TRUNCATE idem_records;
@@ -54,10 +57,11 @@ SELECT idem_lookup('s', 'absent') IS NULL AS absent,
        idem_lookup('S', 'k1') IS NULL AS scope_case,
        idem_lookup('s', 'K1') IS NULL AS key_case;
 
--- Completing in the claiming transaction; a NULL result is allowed.
+-- Completing in the claiming transaction; a NULL result is refused
+-- (22004: test/sql/silent_traps.sql), a JSON null is a result.
 BEGIN;
 SELECT idem_claim('s', 'k2') AS owned;
-SELECT idem_complete('s', 'k2', NULL);
+SELECT idem_complete('s', 'k2', 'null');
 SELECT (idem_lookup('s', 'k2')).status AS in_xact;
 COMMIT;
 SELECT status, result IS NULL AS null_result FROM idem_records WHERE key = 'k2';

@@ -1,3 +1,6 @@
+-- Claims here stand alone in autocommit (idempotency.autocommit_claims
+-- defaults to error; test/sql/silent_traps.sql tests that).
+SET idempotency.autocommit_claims = allow;
 -- Subtransactions: a claim made under a savepoint that is rolled back is
 -- undone (the key is free again), one made before it is kept; exception
 -- blocks in PL/pgSQL behave the same.

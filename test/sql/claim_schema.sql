@@ -1,3 +1,6 @@
+-- Claims here stand alone in autocommit (idempotency.autocommit_claims
+-- defaults to error; test/sql/silent_traps.sql tests that).
+SET idempotency.autocommit_claims = allow;
 -- CREATE EXTENSION ... SCHEMA: every object goes to the schema given, the
 -- functions work with that schema outside the search_path, and one session
 -- follows the extension when it is dropped and created elsewhere, or when
@@ -5,6 +8,7 @@
 \set regress_db :DBNAME
 CREATE DATABASE regress_claim_schema_db;
 \c regress_claim_schema_db
+SET idempotency.autocommit_claims = allow;
 SET client_min_messages = warning;
 
 CREATE SCHEMA "Idem Schema";

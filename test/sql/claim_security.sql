@@ -1,3 +1,6 @@
+-- Claims here stand alone in autocommit (idempotency.autocommit_claims
+-- defaults to error; test/sql/silent_traps.sql tests that).
+SET idempotency.autocommit_claims = allow;
 -- Security: a hostile search_path cannot hijack the functions' SQL; the
 -- functions run with the caller's privileges (SECURITY INVOKER), so table
 -- privileges and row-level security policies on idem_records apply.

@@ -1,3 +1,6 @@
+-- Claims here stand alone in autocommit (idempotency.autocommit_claims
+-- defaults to error; test/sql/silent_traps.sql tests that).
+SET idempotency.autocommit_claims = allow;
 -- TTLs: the default (7 days), idempotency.default_ttl, infinity, expiry
 -- counted from the call, and expired records counting as absent before
 -- they are purged.  No timestamp is printed: they are compared.

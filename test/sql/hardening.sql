@@ -1,3 +1,6 @@
+-- Claims here stand alone in autocommit (idempotency.autocommit_claims
+-- defaults to error; test/sql/silent_traps.sql tests that).
+SET idempotency.autocommit_claims = allow;
 -- Hardening: what a role that is not the extension can make its C
 -- functions do.  Each case crashed the server, looped or was silently
 -- different before 0.4.0.  Every wait below is bounded by

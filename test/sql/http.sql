@@ -1,3 +1,6 @@
+-- Claims here stand alone in autocommit (idempotency.autocommit_claims
+-- defaults to error; test/sql/silent_traps.sql tests that).
+SET idempotency.autocommit_claims = allow;
 -- HTTP Idempotency-Key semantics (sql/idempotency_http.sql, docs/http.md):
 -- idem_http_begin's outcomes (proceed, replay byte for byte, in flight
 -- 409, mismatch 422, missing or invalid key 400, no stored response 409),

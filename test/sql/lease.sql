@@ -1,3 +1,6 @@
+-- Claims here stand alone in autocommit (idempotency.autocommit_claims
+-- defaults to error; test/sql/silent_traps.sql tests that).
+SET idempotency.autocommit_claims = allow;
 -- Two-phase records: idem_begin, idem_heartbeat, idem_finish, idem_fail,
 -- idem_await.  Tokens are compared, never printed (they come from a
 -- sequence shared with other tests).

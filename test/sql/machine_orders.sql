@@ -1,3 +1,6 @@
+-- Claims here stand alone in autocommit (idempotency.autocommit_claims
+-- defaults to error; test/sql/silent_traps.sql tests that).
+SET idempotency.autocommit_claims = allow;
 -- The worked example of the README (doc/machine.md): an order lifecycle
 -- pending_payment -> paid -> shipped -> delivered, with cancel and refund,
 -- driven by deduplicated events.  Creates the machine "order", the table

@@ -1,3 +1,6 @@
+-- Claims here stand alone in autocommit (idempotency.autocommit_claims
+-- defaults to error; test/sql/silent_traps.sql tests that).
+SET idempotency.autocommit_claims = allow;
 -- idem_records changed by a DBA (security finding 7): every function that
 -- reads the table through SPI, and the fast path of idem_claim, read it
 -- through checked accessors (src/spi_read.c).  A NULL planted after
@@ -8,6 +11,7 @@
 \set regress_db :DBNAME
 CREATE DATABASE regress_records_shape_db;
 \c regress_records_shape_db
+SET idempotency.autocommit_claims = allow;
 SET client_min_messages = warning;
 CREATE EXTENSION idempotency;
 SET statement_timeout = '20s';

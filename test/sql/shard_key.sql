@@ -1,3 +1,6 @@
+-- Claims here stand alone in autocommit (idempotency.autocommit_claims
+-- defaults to error; test/sql/silent_traps.sql tests that).
+SET idempotency.autocommit_claims = allow;
 -- The F_at twins (sql/idempotency_shard.sql) on one node, where
 -- idem_records has no shard key: each refuses with 55000 and says what to
 -- call instead; a NULL shard key is refused first only where there is a

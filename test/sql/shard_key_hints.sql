@@ -1,3 +1,6 @@
+-- Claims here stand alone in autocommit (idempotency.autocommit_claims
+-- defaults to error; test/sql/silent_traps.sql tests that).
+SET idempotency.autocommit_claims = allow;
 -- Records with a shard key (as idem_distribute(shard_key =>) makes them on
 -- Citus; made by hand here, as in shard_key.sql): each function without
 -- _at refuses with 55000, and its message names it and its hint names its

@@ -6,12 +6,16 @@
 --    idem_can_transition or status = ANY (idem_sources(...)), credit once;
 -- 2. a claim in autocommit followed by a business write that fails loses
 --    the event; a claim in the transaction of the work does not, and
---    idempotency.autocommit_claims = warn | error points at the first;
--- 3. ttl => '7' is 7 seconds: refused (22023) where the literal is seen;
+--    idempotency.autocommit_claims (error by default, or warn) refuses
+--    the first, through every entry point and wrapper;
+-- 3. ttl => '7' is 7 seconds: refused (22023) where the literal is seen,
+--    and a ttl under a minute that arrives as a value unless the
+--    statement writes it with its unit;
 -- 4. the settings that need the preload are known in every session (this
 --    suite runs preloaded; docs/troubleshooting.md shows the other case).
 -- Creates the machine st_order, the table st_orders, the functions
--- st_pay and st_pay_all and records in the scopes st-*; removes them.
+-- st_pay, st_claim_wrapper, st_claim_plpgsql and st_pay_all and records
+-- in the scopes st-* and inbox:st-consumer; removes them.
 
 SELECT idem_machine_define('st_order', '{
   "initial": ["pending_payment"],
@@ -113,11 +117,20 @@ BEGIN
 END
 $$;
 
--- The trap: the claim commits on its own, the credit then fails, and the
--- retry of the event (with the amount corrected) is skipped for good.
+-- The trap, where claims may stand alone (autocommit_claims = allow): the
+-- claim commits on its own, the credit then fails, and the retry of the
+-- event (with the amount corrected) is skipped for good.
+SET idempotency.autocommit_claims = allow;
 SELECT idem_claim('st-pay', 'evt-5');
 UPDATE st_orders SET paid = paid + 5000 WHERE id = 5;
 SELECT idem_claim('st-pay', 'evt-5') AS retry_claims;
+RESET idempotency.autocommit_claims;
+
+-- By default (error) such a claim is refused (25P01) before it writes.
+SHOW idempotency.autocommit_claims;
+SELECT idem_claim('st-pay', 'evt-5b');
+\echo :LAST_ERROR_SQLSTATE
+SELECT idem_lookup('st-pay', 'evt-5b') IS NULL AS nothing_written;
 
 -- The claim in the transaction of the work: the failure takes the claim
 -- with it, and the retry does the work.
@@ -129,36 +142,88 @@ BEGIN;
 SELECT idem_claim('st-pay', 'evt-6') AS retry_claims;
 UPDATE st_orders SET paid = paid + 500 WHERE id = 6;
 COMMIT;
--- So does a function that claims and writes (one statement, one
--- transaction, even in autocommit).
+-- A function that claims is judged by the statement that calls it: a
+-- SELECT of its own in autocommit is refused, however deep the claim.
+SELECT st_pay('evt-6-fn', 6, 5000);
+\echo :LAST_ERROR_SQLSTATE
+-- A function that claims and does the work itself says so.
+ALTER FUNCTION st_pay(text, int, numeric) SET idempotency.autocommit_claims = allow;
 SELECT st_pay('evt-6-fn', 6, 5000);
 SELECT st_pay('evt-6-fn', 6, 100) AS retry;
+ALTER FUNCTION st_pay(text, int, numeric) RESET ALL;
 SELECT id, paid FROM st_orders WHERE id IN (5, 6) ORDER BY id;
 
--- idempotency.autocommit_claims: allow (the default) says nothing; warn
--- and error name the autocommit claim, before it writes anything.
-SHOW idempotency.autocommit_claims;
+-- warn names the autocommit claim and lets it through; error refuses it,
+-- through every entry point that writes a claim a later statement acts
+-- on, before anything is written.
 SET idempotency.autocommit_claims = warn;
 SELECT idem_claim('st-pay', 'evt-7');
 SET idempotency.autocommit_claims = error;
 SELECT idem_claim('st-pay', 'evt-8');
 \echo :LAST_ERROR_SQLSTATE
 SELECT idem_claim('evt-8');
+\echo :LAST_ERROR_SQLSTATE
 SELECT * FROM idem_claim('st-pay', 'evt-8');
-SELECT idem_lookup('st-pay', 'evt-8') IS NULL AS nothing_written;
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM idem_claim_many('st-pay', ARRAY['evt-8']);
+\echo :LAST_ERROR_SQLSTATE
+SELECT idem_inbox('st-consumer', '00000000-0000-0000-0000-000000000008');
+\echo :LAST_ERROR_SQLSTATE
+SELECT action FROM idem_http_begin('evt-8', 'POST', '/pay', scope => 'st-pay');
+\echo :LAST_ERROR_SQLSTATE
+SELECT idem_token_consume('st-pay', idem_token_issue('st-pay'));
+\echo :LAST_ERROR_SQLSTATE
+PREPARE st_claim(text) AS SELECT idem_claim('st-pay', $1);
+EXECUTE st_claim('evt-8');
+\echo :LAST_ERROR_SQLSTATE
+DEALLOCATE st_claim;
+WITH k AS (SELECT 'evt-8' AS key) SELECT idem_claim('st-pay', k.key) FROM k;
+\echo :LAST_ERROR_SQLSTATE
+CREATE FUNCTION st_claim_wrapper(event text) RETURNS boolean
+LANGUAGE sql AS $$ SELECT idem_claim('st-pay', event) $$;
+CREATE FUNCTION st_claim_plpgsql(event text) RETURNS boolean
+LANGUAGE plpgsql AS $$ BEGIN RETURN st_claim_wrapper(event); END $$;
+CREATE FUNCTION st_claim_exception(event text) RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN st_claim_wrapper(event);
+EXCEPTION WHEN division_by_zero THEN
+    RETURN NULL;
+END $$;
+SELECT st_claim_plpgsql('evt-8');
+\echo :LAST_ERROR_SQLSTATE
+-- Inside a PL/pgSQL exception block (a subtransaction) too.
+DO $$
+BEGIN
+    BEGIN
+        PERFORM st_claim_plpgsql('evt-8-sub');
+    EXCEPTION WHEN division_by_zero THEN NULL;
+    END;
+END $$;
+SELECT st_claim_exception('evt-8');
+\echo :LAST_ERROR_SQLSTATE
+SELECT count(*) AS nothing_written FROM idem_records
+ WHERE scope IN ('st-pay', 'inbox:st-consumer') AND key LIKE '%8';
+-- idem_begin's lease is meant to commit on its own.
+SELECT outcome FROM idem_begin('st-pay', 'evt-8-lease');
 
 -- Not an autocommit claim, under error too: a transaction block, several
 -- statements in one query string (an implicit block), a statement that
--- also writes, a function, a DO block, a procedure, a FOR loop of a
--- function, a Citus node's delegated call.
+-- also writes (directly, in a data-modifying WITH, through EXECUTE), a DO
+-- block, a procedure, a Citus node's delegated call.
 BEGIN;
 SELECT idem_claim('st-pay', 'ok-block');
+SELECT st_claim_plpgsql('ok-block-fn');
+SELECT st_claim_exception('ok-block-exception');
 COMMIT;
 SELECT idem_claim('st-pay', 'ok-implicit') AS claimed \; SELECT 1 AS one;
 UPDATE st_orders SET paid = paid + 1 WHERE id = 5 AND idem_claim('st-pay', 'ok-update');
 WITH w AS (UPDATE st_orders SET paid = paid + 1 WHERE id = 5 RETURNING id)
 SELECT idem_claim('st-pay', 'ok-with') FROM w;
-SELECT st_pay('ok-function', 5, 1);
+PREPARE st_claim_write(text) AS
+  UPDATE st_orders SET paid = paid + 1 WHERE id = 5 AND st_claim_plpgsql($1);
+EXECUTE st_claim_write('ok-execute');
+DEALLOCATE st_claim_write;
 DO $$ BEGIN PERFORM idem_claim('st-pay', 'ok-do'); END $$;
 CREATE PROCEDURE st_pay_all() LANGUAGE plpgsql AS $$
 BEGIN
@@ -168,18 +233,6 @@ BEGIN
 END
 $$;
 CALL st_pay_all();
-CREATE FUNCTION st_loop() RETURNS int LANGUAGE plpgsql AS $$
-DECLARE
-    r record;
-    n int := 0;
-BEGIN
-    FOR r IN SELECT idem_claim('st-pay', 'ok-loop-' || g) AS c FROM generate_series(1, 3) g LOOP
-        n := n + 1;
-    END LOOP;
-    RETURN n;
-END
-$$;
-SELECT st_loop();
 SET application_name = 'citus_internal gpid=10000000001';
 SELECT idem_claim('st-pay', 'ok-citus');
 RESET application_name;
@@ -215,6 +268,51 @@ SELECT idem_claim('st-ttl', 'k2', ttl => '7 seconds') AS unit,
 SELECT key, expires_at - created_at AS ttl FROM idem_records
  WHERE scope = 'st-ttl' ORDER BY key;
 COMMIT;
+-- A ttl that arrives as a value no longer shows its text: under a minute
+-- it is refused unless the statement writes it with its unit (a bound or
+-- PREPARE parameter, a PL/pgSQL variable, a cast from text); a minute or
+-- more is taken as it is.
+PREPARE st_ttl(interval) AS SELECT idem_claim('st-ttl', 'k4', ttl => $1);
+BEGIN;
+EXECUTE st_ttl('7');
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
+BEGIN;
+EXECUTE st_ttl('30 seconds');
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
+DEALLOCATE st_ttl;
+BEGIN;
+SELECT idem_claim('st-ttl', 'k4', ttl => '7'::text::interval);
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
+BEGIN;
+DO $$
+DECLARE
+    v interval := '7';
+BEGIN
+    PERFORM idem_claim('st-ttl', 'k4', ttl => v);
+END $$;
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
+BEGIN;
+SELECT idem_token_issue('st-ttl', '5'::text::interval);
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
+BEGIN;
+SELECT * FROM idem_claim_many('st-ttl', ARRAY['k4'], '59'::text::interval);
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
+-- A window under a minute that is meant: written in the statement, or as
+-- idempotency.default_ttl; a minute or more arrives as it is.
+BEGIN;
+SELECT idem_claim('st-ttl', 'k5', ttl => '30 seconds') AS written,
+       idem_claim('st-ttl', 'k6', ttl => '60'::text::interval) AS minute;
+SET LOCAL idempotency.default_ttl = '30 seconds';
+SELECT idem_claim('st-ttl', 'k7') AS by_setting;
+SELECT key, expires_at - created_at AS ttl FROM idem_records
+ WHERE scope = 'st-ttl' AND key IN ('k5', 'k6', 'k7') ORDER BY key;
+ROLLBACK;
 SET idempotency.default_ttl = '7';
 SET idempotency.default_ttl = 7;
 SHOW idempotency.default_ttl;
@@ -231,9 +329,26 @@ SELECT name, setting FROM pg_settings
                 'idempotency.stats_max_scopes')
  ORDER BY name;
 
+-- 5. Checks that would switch off quietly: a NULL result is 22004, and a
+-- record's presence is tested by its status (a row with a NULL field is
+-- not IS NOT NULL).
+BEGIN;
+SELECT idem_claim('st-fp', 'k2');
+COMMIT;
+BEGIN;
+SELECT idem_claim('st-fp', 'k3');
+SELECT idem_complete('st-fp', 'k3', NULL);
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
+SELECT (idem_lookup('st-fp', 'k2')).status IS NOT NULL AS exists,
+       idem_lookup('st-fp', 'k2') IS NOT NULL AS row_test_misleads,
+       (idem_lookup('st-fp', 'k3')).status IS NULL AS absent;
+
 DROP PROCEDURE st_pay_all();
-DROP FUNCTION st_loop();
+DROP FUNCTION st_claim_exception(text);
+DROP FUNCTION st_claim_plpgsql(text);
+DROP FUNCTION st_claim_wrapper(text);
 DROP FUNCTION st_pay(text, int, numeric);
 DROP TABLE st_orders;
 SELECT idem_machine_drop('st_order');
-DELETE FROM idem_records WHERE scope LIKE 'st-%';
+DELETE FROM idem_records WHERE scope LIKE 'st-%' OR scope = 'inbox:st-consumer';

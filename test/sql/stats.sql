@@ -1,3 +1,6 @@
+-- Claims here stand alone in autocommit (idempotency.autocommit_claims
+-- defaults to error; test/sql/silent_traps.sql tests that).
+SET idempotency.autocommit_claims = allow;
 -- Statistics and the summary.  make test preloads the library
 -- (expected/stats.out): the counters count.  On a server that does not
 -- (expected/stats_1.out, e.g. make installcheck elsewhere), idem_stats and

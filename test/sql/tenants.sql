@@ -1,3 +1,6 @@
+-- Claims here stand alone in autocommit (idempotency.autocommit_claims
+-- defaults to error; test/sql/silent_traps.sql tests that).
+SET idempotency.autocommit_claims = allow;
 -- Tenant separation with row-level security (docs/security.md): a role
 -- per tenant, each allowed one scope, the scope named after the role.
 -- Whatever a tenant calls, it never reads, claims, completes, releases,

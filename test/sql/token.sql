@@ -1,3 +1,6 @@
+-- Claims here stand alone in autocommit (idempotency.autocommit_claims
+-- defaults to error; test/sql/silent_traps.sql tests that).
+SET idempotency.autocommit_claims = allow;
 -- One-time tokens and throttle windows: idem_token_issue,
 -- idem_token_consume, how tokens meet the other functions, and every
 -- error path.
@@ -98,7 +101,7 @@ SELECT idem_claim('mix', :'mix') AS claim_of_token_key;
 SELECT key = :'mix' AS is_token, claimed
 FROM idem_claim_many('mix', ARRAY[:'mix', 'other']);
 SELECT (idem_lookup('mix', :'mix')).status AS lookup_status;
-SELECT left(pg_temp.try(format('SELECT idem_complete(%L, %L, NULL)', 'mix', :'mix')), 5)
+SELECT left(pg_temp.try(format('SELECT idem_complete(%L, %L, %L)', 'mix', :'mix', '{}')), 5)
     AS complete_of_token;
 SELECT idem_token_consume('mix', :'mix') AS still_consumable;
 -- A claimed key that looks like a token is not a token.

@@ -19,6 +19,7 @@ my $keys         = 500;    # small range: heavy overlap
 
 my $node = PostgreSQL::Test::Cluster->new('pgbench_claims');
 $node->init;
+$node->append_conf("postgresql.conf", "idempotency.autocommit_claims = allow\n");    # claims stand alone here
 $node->append_conf('postgresql.conf', "max_connections = 40\n");
 $node->start;
 

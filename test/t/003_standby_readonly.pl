@@ -11,6 +11,7 @@ use Test::More;
 
 my $primary = PostgreSQL::Test::Cluster->new('primary');
 $primary->init(allows_streaming => 1);
+$primary->append_conf("postgresql.conf", "idempotency.autocommit_claims = allow\n");    # claims stand alone here
 $primary->start;
 $primary->safe_psql('postgres', 'CREATE EXTENSION idempotency');
 

@@ -25,6 +25,7 @@ use Time::HiRes qw(usleep);
 
 my $node = PostgreSQL::Test::Cluster->new('purge');
 $node->init;
+$node->append_conf("postgresql.conf", "idempotency.autocommit_claims = allow\n");    # claims stand alone here
 $node->start;
 $node->safe_psql('postgres', 'CREATE EXTENSION idempotency');
 $node->safe_psql('postgres', 'CREATE DATABASE noext');

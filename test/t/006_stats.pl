@@ -12,6 +12,7 @@ use Test::More;
 
 my $node = PostgreSQL::Test::Cluster->new('stats');
 $node->init;
+$node->append_conf("postgresql.conf", "idempotency.autocommit_claims = allow\n");    # claims stand alone here
 $node->append_conf(
 	'postgresql.conf', q{
 shared_preload_libraries = 'idempotency'

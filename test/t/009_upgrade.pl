@@ -12,6 +12,7 @@ use Test::More;
 
 my $node = PostgreSQL::Test::Cluster->new('upgrade');
 $node->init;
+$node->append_conf("postgresql.conf", "idempotency.autocommit_claims = allow\n");    # claims stand alone here
 $node->start;
 
 my $current = $node->safe_psql('postgres',

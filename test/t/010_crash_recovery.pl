@@ -39,6 +39,7 @@ my $ntokens = 400;
 
 my $node = PostgreSQL::Test::Cluster->new('crash');
 $node->init;
+$node->append_conf("postgresql.conf", "idempotency.autocommit_claims = allow\n");    # claims stand alone here
 $node->append_conf(
 	'postgresql.conf', qq{
 max_connections = 40

@@ -38,6 +38,7 @@ my $norders = 150;
 
 my $node = PostgreSQL::Test::Cluster->new('soak');
 $node->init;
+$node->append_conf("postgresql.conf", "idempotency.autocommit_claims = allow\n");    # claims stand alone here
 $node->append_conf(
 	'postgresql.conf', qq{
 max_connections = 40

@@ -47,6 +47,7 @@ sub chance { return rnd(100) < $_[0]; }
 #--------------------------------------------------------------------------
 my $node = PostgreSQL::Test::Cluster->new('model');
 $node->init;
+$node->append_conf("postgresql.conf", "idempotency.autocommit_claims = allow\n");    # claims stand alone here
 $node->append_conf('postgresql.conf', "log_statement = none\n");
 $node->start;
 $node->safe_psql(

@@ -23,6 +23,7 @@ use Test::More;
 
 my $node = PostgreSQL::Test::Cluster->new('hostile');
 $node->init;
+$node->append_conf("postgresql.conf", "idempotency.autocommit_claims = allow\n");    # claims stand alone here
 $node->append_conf('postgresql.conf', "log_statement = none\n");
 $node->start;
 $node->safe_psql('postgres', 'CREATE EXTENSION idempotency; CREATE EXTENSION amcheck;');

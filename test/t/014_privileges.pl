@@ -27,6 +27,7 @@ use Test::More;
 
 my $node = PostgreSQL::Test::Cluster->new('privileges');
 $node->init;
+$node->append_conf("postgresql.conf", "idempotency.autocommit_claims = allow\n");    # claims stand alone here
 $node->append_conf('postgresql.conf', "log_statement = none\n");
 $node->start;
 

@@ -13,6 +13,7 @@ use Test::More;
 
 my $node = PostgreSQL::Test::Cluster->new('dump_machines');
 $node->init;
+$node->append_conf("postgresql.conf", "idempotency.autocommit_claims = allow\n");    # claims stand alone here
 $node->start;
 my $tmp = PostgreSQL::Test::Utils::tempdir;
 

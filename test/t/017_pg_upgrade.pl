@@ -22,6 +22,7 @@ my $new = PostgreSQL::Test::Cluster->new('new');
 my $new_major = $new->pg_version->major;
 # initdb turns data checksums on by default from 18 on: both alike.
 $old->init($new_major >= 18 ? (extra => ['--data-checksums']) : ());
+$old->append_conf("postgresql.conf", "idempotency.autocommit_claims = allow\n");    # claims stand alone here
 $old->start;
 my $old_major = $old->pg_version->major;
 
@@ -72,6 +73,8 @@ my $max_token = $old->safe_psql('postgres', 'SELECT max(token) FROM idem_records
 $old->stop;
 
 $new->init;
+
+$new->append_conf("postgresql.conf", "idempotency.autocommit_claims = allow\n");    # claims stand alone here
 my $new_bindir = $new->config_data('--bindir');
 $new->command_ok(
 	[

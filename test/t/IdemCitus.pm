@@ -41,6 +41,7 @@ sub new_node
 	my ($self, $name, $extra) = @_;
 	my $n = PostgreSQL::Test::Cluster->new($name);
 	$n->init;
+	$n->append_conf("postgresql.conf", "idempotency.autocommit_claims = allow\n");    # claims stand alone here
 	$n->append_conf('postgresql.conf', $CONF . ($self->{conf} // '') . ($extra // ''));
 	$n->append_conf('pg_hba.conf', "host all all 127.0.0.1/32 trust\n");
 	$n->start;

@@ -31,6 +31,7 @@ my $tmp = PostgreSQL::Test::Utils::tempdir;
 # --- the pg_tle edition, as on a managed service -----------------------------
 my $src = PostgreSQL::Test::Cluster->new('tle', install_path => $tle_install);
 $src->init;
+$src->append_conf("postgresql.conf", "idempotency.autocommit_claims = allow\n");    # claims stand alone here
 $src->append_conf('postgresql.conf', "shared_preload_libraries = 'pg_tle'\n");
 $src->start;
 $src->safe_psql('postgres', q{
@@ -93,6 +94,7 @@ $src->command_ok(
 # pg_tle is restored, and CREATE EXTENSION finds the C edition there.
 my $dst = PostgreSQL::Test::Cluster->new('c', install_path => $c_install);
 $dst->init;
+$dst->append_conf("postgresql.conf", "idempotency.autocommit_claims = allow\n");    # claims stand alone here
 $dst->start;
 $dst->safe_psql('postgres', q{
 	CREATE ROLE admin LOGIN NOSUPERUSER;

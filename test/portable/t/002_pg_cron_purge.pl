@@ -38,6 +38,7 @@ my $schedule_other = q{SELECT cron.schedule_in_database('idempotency-maintain-ot
 
 my $node = PostgreSQL::Test::Cluster->new('cron', install_path => $install);
 $node->init;
+$node->append_conf("postgresql.conf", "idempotency.autocommit_claims = allow\n");    # claims stand alone here
 my $preload = $tle_file ? 'pg_tle,pg_cron' : 'pg_cron';
 my $host = $node->host;
 $node->append_conf('postgresql.conf', qq{

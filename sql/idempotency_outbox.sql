@@ -6,17 +6,21 @@
 -- Written once, in SQL and PL/pgSQL, for both editions (the portable
 -- edition copies this file unchanged).  Every function is SECURITY
 -- INVOKER and qualifies every object, operator, function and type it
--- uses (no SET search_path: the hot paths stay inlinable and cheap), so a
--- hostile search_path changes nothing.  Consequence: the schema's name is
--- written into the bodies, so these functions do not follow an ALTER
--- SCHEMA ... RENAME of the extension's schema (the C functions do).
+-- uses, pg_catalog.record included (no SET search_path: the hot paths
+-- stay inlinable and cheap), so a hostile search_path changes nothing;
+-- and no function calls another of ours by name (an overload with one
+-- more defaulted argument in our schema would make the call ambiguous):
+-- what two functions share is written out in both.  Consequence: the
+-- schema's name is written into the bodies, so these functions do not
+-- follow an ALTER SCHEMA ... RENAME of the extension's schema (the C
+-- functions do).  Isolation between applications: row-level security on
+-- the tables, keyed on idem_outbox_grants (docs/security.md, Outbox).
 --
--- Advisory locks (two-key form, first key a class of this file):
---   1229213506 ('IDOB')  publish: (topic, aggregate), held until commit,
---                        so that the messages of one aggregate take their
---                        positions in commit order
---   1229213510 ('IDOF')  fetch: (consumer, topic, aggregate), tried, held
---                        by a fetch until its transaction ends
+-- Locks: idem_publish locks the aggregate's row of idem_outbox_aggregates
+-- until commit.  A fetch tries the advisory lock (1229213510, hashtext of
+-- consumer, topic and aggregate) of each run it takes, held until its
+-- transaction ends, so that concurrent fetches of a group skip each
+-- other's runs.
 
 -- Settings per topic.  A topic without a row relays through the table and
 -- keeps acknowledged messages 7 days.  Readable by everybody (idem_publish
@@ -31,7 +35,8 @@ CREATE TABLE @extschema@.idem_outbox_topics (
     CONSTRAINT idem_outbox_topics_relay_check CHECK
         (relay OPERATOR(pg_catalog.=) ANY ('{table,message,both}'::pg_catalog.text[])),
     CONSTRAINT idem_outbox_topics_retention_check CHECK
-        (retention OPERATOR(pg_catalog.>=) '0'::pg_catalog.interval)
+        (retention OPERATOR(pg_catalog.>=) '0'::pg_catalog.interval
+         AND retention OPERATOR(pg_catalog.<=) '100 years'::pg_catalog.interval)
 );
 
 COMMENT ON TABLE @extschema@.idem_outbox_topics IS
@@ -77,6 +82,23 @@ CREATE INDEX idem_outbox_topic_xact_idx
 CREATE INDEX idem_outbox_topic_aggregate_idx
     ON @extschema@.idem_outbox (topic, aggregate, xact_id)
     WHERE aggregate IS NOT NULL;
+
+-- One row per (topic, aggregate) ever published to: the aggregate's
+-- lock.  idem_publish writes it (INSERT ... ON CONFLICT DO UPDATE) before
+-- its message, and holds the row lock until its transaction ends.
+CREATE TABLE @extschema@.idem_outbox_aggregates (
+    topic      pg_catalog.text COLLATE pg_catalog."C" NOT NULL,
+    aggregate  pg_catalog.text COLLATE pg_catalog."C" NOT NULL,
+    published  pg_catalog.int8 NOT NULL DEFAULT 1,
+    CONSTRAINT idem_outbox_aggregates_pkey PRIMARY KEY (topic, aggregate)
+);
+
+COMMENT ON TABLE @extschema@.idem_outbox_aggregates IS
+    'The aggregates published to, one row each: the row idem_publish locks until commit so that one aggregate''s messages take their positions in commit order; published counts the publications';
+
+REVOKE ALL ON TABLE @extschema@.idem_outbox_aggregates FROM PUBLIC;
+
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.idem_outbox_aggregates', '');
 
 COMMENT ON TABLE @extschema@.idem_outbox IS
     'Messages published with idem_publish, one row per message id; exists if and only if the publishing transaction committed';
@@ -208,7 +230,7 @@ COMMENT ON FUNCTION @extschema@.idem_xid8_near(pg_catalog.xid, pg_catalog.xid8) 
 CREATE FUNCTION @extschema@.idem_xact_claims(
     OUT scope pg_catalog.text,
     OUT key pg_catalog.text)
-RETURNS SETOF record
+RETURNS SETOF pg_catalog.record
 LANGUAGE plpgsql VOLATILE STRICT PARALLEL RESTRICTED
 ROWS 1
 AS $$
@@ -244,7 +266,11 @@ BEGIN
                       OR NOT r.status OPERATOR(pg_catalog.=) ANY ('{claimed,in_progress,completed}'::pg_catalog.text[])
                     THEN false
                     WHEN r.xmin OPERATOR(pg_catalog.=) pg_catalog.xid(top) THEN true
-                    ELSE COALESCE(pg_catalog.pg_xact_status(@extschema@.idem_xid8_near(r.xmin, top))
+                    ELSE COALESCE(pg_catalog.pg_xact_status(((top)::pg_catalog.text::pg_catalog.int8
+                                OPERATOR(pg_catalog.+) ((((r.xmin)::pg_catalog.text::pg_catalog.int8
+                                    OPERATOR(pg_catalog.-) ((top)::pg_catalog.text::pg_catalog.int8 OPERATOR(pg_catalog.%) 4294967296))
+                                   OPERATOR(pg_catalog.+) 6442450944) OPERATOR(pg_catalog.%) 4294967296)
+                                OPERATOR(pg_catalog.-) 2147483648)::pg_catalog.text::pg_catalog.xid8)
                                   OPERATOR(pg_catalog.=) 'in progress', false) END
          ORDER BY 1, 2;
     -- (idem_publish runs the same query inline.)
@@ -253,6 +279,187 @@ $$;
 
 COMMENT ON FUNCTION @extschema@.idem_xact_claims() IS
     'The (scope, key) records this transaction claimed with the default ttl (idem_claim, idem_claim_many, idem_begin); what idem_publish binds a message to';
+
+--------------------------------------------------------------------------
+-- Isolation between applications (docs/security.md, Outbox)
+--------------------------------------------------------------------------
+
+-- Who may publish to which topic, and read which topic as which consumer
+-- group: one row per grant, made by idem_outbox_grant (owner only).  A
+-- NULL topic is every topic; a NULL consumer is every group.  The tables
+-- of the outbox have row-level security keyed on these rows, so a role
+-- with table privileges but no grant here sees and writes nothing; the
+-- table owner (the extension's owner, the purge worker) is not subject
+-- to it.  Readable by everybody: the policies read it as the caller.
+CREATE TABLE @extschema@.idem_outbox_grants (
+    role       pg_catalog.regrole NOT NULL,
+    privilege  pg_catalog.text COLLATE pg_catalog."C" NOT NULL,
+    topic      pg_catalog.text COLLATE pg_catalog."C",
+    consumer   pg_catalog.text COLLATE pg_catalog."C",
+    CONSTRAINT idem_outbox_grants_privilege_check CHECK
+        (privilege OPERATOR(pg_catalog.=) ANY ('{publish,consume}'::pg_catalog.text[])),
+    CONSTRAINT idem_outbox_grants_consumer_check CHECK
+        (privilege OPERATOR(pg_catalog.=) 'consume' OR consumer IS NULL)
+);
+
+CREATE UNIQUE INDEX idem_outbox_grants_key
+    ON @extschema@.idem_outbox_grants (role, privilege, topic, consumer) NULLS NOT DISTINCT;
+
+COMMENT ON TABLE @extschema@.idem_outbox_grants IS
+    'Outbox rights (idem_outbox_grant): role may publish to topic, or read topic as consumer group consumer; NULL is every topic or every group';
+
+REVOKE ALL ON TABLE @extschema@.idem_outbox_grants FROM PUBLIC;
+GRANT SELECT ON TABLE @extschema@.idem_outbox_grants TO PUBLIC;
+
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.idem_outbox_grants', '');
+
+ALTER TABLE @extschema@.idem_outbox ENABLE ROW LEVEL SECURITY;
+ALTER TABLE @extschema@.idem_outbox_aggregates ENABLE ROW LEVEL SECURITY;
+ALTER TABLE @extschema@.idem_outbox_subscriptions ENABLE ROW LEVEL SECURITY;
+ALTER TABLE @extschema@.idem_outbox_deliveries ENABLE ROW LEVEL SECURITY;
+
+-- Publishers see the messages of their topics (a duplicate publication
+-- reads the first) and insert only messages of their topics whose id is
+-- the one idem_outbox_id gives (no message can take another's future id).
+CREATE POLICY idem_outbox_publisher_read ON @extschema@.idem_outbox
+    FOR SELECT
+    USING (EXISTS (SELECT FROM @extschema@.idem_outbox_grants g
+                    WHERE g.privilege OPERATOR(pg_catalog.=) 'publish'
+                      AND (g.topic IS NULL OR g.topic OPERATOR(pg_catalog.=) idem_outbox.topic)
+                      AND pg_catalog.pg_has_role(g.role::pg_catalog.oid, 'USAGE')));
+CREATE POLICY idem_outbox_publisher_insert ON @extschema@.idem_outbox
+    FOR INSERT
+    WITH CHECK (EXISTS (SELECT FROM @extschema@.idem_outbox_grants g
+                         WHERE g.privilege OPERATOR(pg_catalog.=) 'publish'
+                           AND (g.topic IS NULL OR g.topic OPERATOR(pg_catalog.=) idem_outbox.topic)
+                           AND pg_catalog.pg_has_role(g.role::pg_catalog.oid, 'USAGE'))
+                AND id OPERATOR(pg_catalog.=) @extschema@.idem_outbox_id(topic::pg_catalog.text, key::pg_catalog.text,
+                                                                         scope::pg_catalog.text, seq));
+-- Consumers read the messages of the topics they may read as some group.
+CREATE POLICY idem_outbox_consumer_read ON @extschema@.idem_outbox
+    FOR SELECT
+    USING (EXISTS (SELECT FROM @extschema@.idem_outbox_grants g
+                    WHERE g.privilege OPERATOR(pg_catalog.=) 'consume'
+                      AND (g.topic IS NULL OR g.topic OPERATOR(pg_catalog.=) idem_outbox.topic)
+                      AND pg_catalog.pg_has_role(g.role::pg_catalog.oid, 'USAGE')));
+-- The aggregates' lock rows: publishers of the topic.
+CREATE POLICY idem_outbox_aggregates_publisher ON @extschema@.idem_outbox_aggregates
+    USING (EXISTS (SELECT FROM @extschema@.idem_outbox_grants g
+                    WHERE g.privilege OPERATOR(pg_catalog.=) 'publish'
+                      AND (g.topic IS NULL OR g.topic OPERATOR(pg_catalog.=) idem_outbox_aggregates.topic)
+                      AND pg_catalog.pg_has_role(g.role::pg_catalog.oid, 'USAGE')));
+-- A group's subscriptions and deliveries: the roles that may read the
+-- topic as that group.
+CREATE POLICY idem_outbox_subscriptions_consumer ON @extschema@.idem_outbox_subscriptions
+    USING (EXISTS (SELECT FROM @extschema@.idem_outbox_grants g
+                    WHERE g.privilege OPERATOR(pg_catalog.=) 'consume'
+                      AND (g.topic IS NULL OR g.topic OPERATOR(pg_catalog.=) idem_outbox_subscriptions.topic)
+                      AND (g.consumer IS NULL OR g.consumer OPERATOR(pg_catalog.=) idem_outbox_subscriptions.consumer)
+                      AND pg_catalog.pg_has_role(g.role::pg_catalog.oid, 'USAGE')));
+CREATE POLICY idem_outbox_deliveries_consumer ON @extschema@.idem_outbox_deliveries
+    USING (EXISTS (SELECT FROM @extschema@.idem_outbox_grants g
+                    WHERE g.privilege OPERATOR(pg_catalog.=) 'consume'
+                      AND (g.topic IS NULL OR g.topic OPERATOR(pg_catalog.=) idem_outbox_deliveries.topic)
+                      AND (g.consumer IS NULL OR g.consumer OPERATOR(pg_catalog.=) idem_outbox_deliveries.consumer)
+                      AND pg_catalog.pg_has_role(g.role::pg_catalog.oid, 'USAGE')));
+
+-- Grant role the right to publish to topic, or (consumer given) to read
+-- topic as consumer group consumer: the table privileges that needs, and
+-- the row of idem_outbox_grants that the row-level security checks.
+-- NULL topic: every topic; NULL consumer with privilege 'consume': every
+-- group.  Owner only, like idem_grant.
+CREATE FUNCTION @extschema@.idem_outbox_grant(
+    role pg_catalog.regrole,
+    privilege pg_catalog.text,
+    topic pg_catalog.text DEFAULT NULL,
+    consumer pg_catalog.text DEFAULT NULL)
+RETURNS pg_catalog.void
+LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    nsp pg_catalog.text := (SELECT n.nspname FROM pg_catalog.pg_extension e
+                            JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) e.extnamespace
+                            WHERE e.extname OPERATOR(pg_catalog.=) 'idempotency');
+BEGIN
+    IF idem_outbox_grant.role IS NULL THEN
+        RAISE EXCEPTION 'idem_outbox_grant: role must not be null' USING ERRCODE = '22004';
+    END IF;
+    IF idem_outbox_grant.privilege IS NULL
+       OR NOT idem_outbox_grant.privilege OPERATOR(pg_catalog.=) ANY ('{publish,consume}'::pg_catalog.text[]) THEN
+        RAISE EXCEPTION 'idem_outbox_grant: unknown privilege "%"', idem_outbox_grant.privilege
+            USING ERRCODE = '22023',
+                  DETAIL = 'The privilege is ''publish'' (idem_publish to the topic) or ''consume'' (subscribe, fetch and acknowledge as the consumer group).';
+    END IF;
+    IF idem_outbox_grant.privilege OPERATOR(pg_catalog.=) 'publish' AND idem_outbox_grant.consumer IS NOT NULL THEN
+        RAISE EXCEPTION 'idem_outbox_grant: a publish grant names no consumer group' USING ERRCODE = '22023';
+    END IF;
+    EXECUTE pg_catalog.format('GRANT USAGE ON SCHEMA %I TO %s', nsp, idem_outbox_grant.role);
+    IF idem_outbox_grant.privilege OPERATOR(pg_catalog.=) 'publish' THEN
+        EXECUTE pg_catalog.format('GRANT SELECT, INSERT ON TABLE %I.idem_outbox TO %s', nsp, idem_outbox_grant.role);
+        EXECUTE pg_catalog.format('GRANT USAGE ON SEQUENCE %I.idem_outbox_position_seq TO %s', nsp, idem_outbox_grant.role);
+        EXECUTE pg_catalog.format('GRANT SELECT, INSERT, UPDATE ON TABLE %I.idem_outbox_aggregates TO %s', nsp, idem_outbox_grant.role);
+    ELSE
+        EXECUTE pg_catalog.format('GRANT SELECT ON TABLE %I.idem_outbox TO %s', nsp, idem_outbox_grant.role);
+        EXECUTE pg_catalog.format('GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE %I.idem_outbox_subscriptions TO %s', nsp, idem_outbox_grant.role);
+        EXECUTE pg_catalog.format('GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE %I.idem_outbox_deliveries TO %s', nsp, idem_outbox_grant.role);
+    END IF;
+    EXECUTE pg_catalog.format(
+        'INSERT INTO %I.idem_outbox_grants (role, privilege, topic, consumer) VALUES ($1, $2, $3, $4)'
+        ' ON CONFLICT (role, privilege, topic, consumer) DO NOTHING', nsp)
+        USING idem_outbox_grant.role, idem_outbox_grant.privilege, idem_outbox_grant.topic, idem_outbox_grant.consumer;
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.idem_outbox_grant(pg_catalog.regrole, pg_catalog.text, pg_catalog.text, pg_catalog.text) IS
+    'Let role publish to topic (''publish'') or read topic as consumer group consumer (''consume''); NULL topic or consumer: every one';
+
+REVOKE ALL ON FUNCTION @extschema@.idem_outbox_grant(pg_catalog.regrole, pg_catalog.text, pg_catalog.text, pg_catalog.text) FROM PUBLIC;
+
+-- Take back grants of idem_outbox_grant: the role's rows matching
+-- privilege, topic and consumer (NULL: any); the table privileges go with
+-- the role's last grant.  Returns how many grants were removed.
+CREATE FUNCTION @extschema@.idem_outbox_revoke(
+    role pg_catalog.regrole,
+    privilege pg_catalog.text DEFAULT NULL,
+    topic pg_catalog.text DEFAULT NULL,
+    consumer pg_catalog.text DEFAULT NULL)
+RETURNS pg_catalog.int4
+LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    nsp pg_catalog.text := (SELECT n.nspname FROM pg_catalog.pg_extension e
+                            JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) e.extnamespace
+                            WHERE e.extname OPERATOR(pg_catalog.=) 'idempotency');
+    n pg_catalog.int4;
+    left_ pg_catalog.bool;
+BEGIN
+    IF idem_outbox_revoke.role IS NULL THEN
+        RAISE EXCEPTION 'idem_outbox_revoke: role must not be null' USING ERRCODE = '22004';
+    END IF;
+    EXECUTE pg_catalog.format(
+        'DELETE FROM %I.idem_outbox_grants g WHERE g.role OPERATOR(pg_catalog.=) $1'
+        ' AND ($2 IS NULL OR g.privilege OPERATOR(pg_catalog.=) $2)'
+        ' AND ($3 IS NULL OR g.topic OPERATOR(pg_catalog.=) $3)'
+        ' AND ($4 IS NULL OR g.consumer OPERATOR(pg_catalog.=) $4)', nsp)
+        USING idem_outbox_revoke.role, idem_outbox_revoke.privilege, idem_outbox_revoke.topic, idem_outbox_revoke.consumer;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    EXECUTE pg_catalog.format('SELECT EXISTS (SELECT FROM %I.idem_outbox_grants g WHERE g.role OPERATOR(pg_catalog.=) $1)', nsp)
+        INTO left_ USING idem_outbox_revoke.role;
+    IF NOT left_ THEN
+        EXECUTE pg_catalog.format('REVOKE ALL ON TABLE %I.idem_outbox, %I.idem_outbox_aggregates, %I.idem_outbox_subscriptions, %I.idem_outbox_deliveries FROM %s',
+                                  nsp, nsp, nsp, nsp, idem_outbox_revoke.role);
+        EXECUTE pg_catalog.format('REVOKE ALL ON SEQUENCE %I.idem_outbox_position_seq FROM %s', nsp, idem_outbox_revoke.role);
+    END IF;
+    RETURN n;
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.idem_outbox_revoke(pg_catalog.regrole, pg_catalog.text, pg_catalog.text, pg_catalog.text) IS
+    'Take back idem_outbox_grant grants of role (NULL privilege, topic or consumer: any); the table privileges go with the last; returns how many were removed';
+
+REVOKE ALL ON FUNCTION @extschema@.idem_outbox_revoke(pg_catalog.regrole, pg_catalog.text, pg_catalog.text, pg_catalog.text) FROM PUBLIC;
 
 --------------------------------------------------------------------------
 -- Publishing
@@ -373,7 +580,11 @@ BEGIN
                           OR NOT r2.status OPERATOR(pg_catalog.=) ANY ('{claimed,in_progress,completed}'::pg_catalog.text[])
                         THEN false
                         WHEN r2.xmin OPERATOR(pg_catalog.=) pg_catalog.xid(top) THEN true
-                        ELSE COALESCE(pg_catalog.pg_xact_status(@extschema@.idem_xid8_near(r2.xmin, top))
+                        ELSE COALESCE(pg_catalog.pg_xact_status(((top)::pg_catalog.text::pg_catalog.int8
+                                OPERATOR(pg_catalog.+) ((((r2.xmin)::pg_catalog.text::pg_catalog.int8
+                                    OPERATOR(pg_catalog.-) ((top)::pg_catalog.text::pg_catalog.int8 OPERATOR(pg_catalog.%) 4294967296))
+                                   OPERATOR(pg_catalog.+) 6442450944) OPERATOR(pg_catalog.%) 4294967296)
+                                OPERATOR(pg_catalog.-) 2147483648)::pg_catalog.text::pg_catalog.xid8)
                                       OPERATOR(pg_catalog.=) 'in progress', false) END
               INTO mine
               FROM @extschema@.idem_records r2
@@ -414,7 +625,11 @@ BEGIN
                                   OR NOT r.status OPERATOR(pg_catalog.=) ANY ('{claimed,in_progress,completed}'::pg_catalog.text[])
                                 THEN false
                                 WHEN r.xmin OPERATOR(pg_catalog.=) pg_catalog.xid(top) THEN true
-                                ELSE COALESCE(pg_catalog.pg_xact_status(@extschema@.idem_xid8_near(r.xmin, top))
+                                ELSE COALESCE(pg_catalog.pg_xact_status(((top)::pg_catalog.text::pg_catalog.int8
+                                OPERATOR(pg_catalog.+) ((((r.xmin)::pg_catalog.text::pg_catalog.int8
+                                    OPERATOR(pg_catalog.-) ((top)::pg_catalog.text::pg_catalog.int8 OPERATOR(pg_catalog.%) 4294967296))
+                                   OPERATOR(pg_catalog.+) 6442450944) OPERATOR(pg_catalog.%) 4294967296)
+                                OPERATOR(pg_catalog.-) 2147483648)::pg_catalog.text::pg_catalog.xid8)
                                               OPERATOR(pg_catalog.=) 'in progress', false) END
                      LIMIT 2) x;
         END IF;
@@ -433,13 +648,39 @@ BEGIN
         c_scope := found_scope;
     END IF;
 
-    msg_id := @extschema@.idem_outbox_id(idem_publish.topic, c_key, c_scope, idem_publish.seq);
+    -- idem_outbox_id(topic, c_key, c_scope, seq), written out: a call of
+    -- one of our functions by name could be made ambiguous by an overload
+    -- with more (defaulted) arguments in our schema (docs/security.md).
+    msg_id := pg_catalog.overlay(pg_catalog.overlay(pg_catalog.encode(pg_catalog.substr(pg_catalog.sha256(
+                  pg_catalog.convert_to(
+                      'idempotency.outbox.v1'
+                      OPERATOR(pg_catalog.||) COALESCE(':claim:' OPERATOR(pg_catalog.||) pg_catalog.length(c_scope)
+                                                       OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) c_scope, ':key')
+                      OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) pg_catalog.length(c_key)
+                      OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) c_key
+                      OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) pg_catalog.length(idem_publish.topic)
+                      OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) idem_publish.topic
+                      OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) idem_publish.seq,
+                      'UTF8')), 1, 16), 'hex'),
+                  '8', 13, 1), '8', 17, 1)::pg_catalog.uuid;
 
-    -- One statement on the usual path: unless the topic relays by logical
-    -- messages only, take the aggregate's lock (held until this
+    -- The aggregate's lock: its row in idem_outbox_aggregates, taken (and
+    -- written) before the position is drawn and held until this
     -- transaction ends, so that the messages of one aggregate take their
-    -- positions in commit order: the position is drawn under it) and
-    -- insert; the topic's relay comes back with the row.
+    -- positions in commit order.  A row lock on our own table: only roles
+    -- that may publish to the topic can take it (docs/security.md).  A
+    -- topic relayed by logical messages only writes no row, and needs no
+    -- order in the table.  Then the message; the topic's relay comes back
+    -- with the row.
+    IF idem_publish.aggregate IS NOT NULL THEN
+        INSERT INTO @extschema@.idem_outbox_aggregates AS a (topic, aggregate)
+        SELECT idem_publish.topic, idem_publish.aggregate
+         WHERE NOT EXISTS (SELECT FROM @extschema@.idem_outbox_topics t
+                            WHERE t.topic OPERATOR(pg_catalog.=) (idem_publish.topic COLLATE pg_catalog."C")
+                              AND t.relay OPERATOR(pg_catalog.=) 'message')
+        ON CONFLICT ON CONSTRAINT idem_outbox_aggregates_pkey DO UPDATE
+           SET published = a.published OPERATOR(pg_catalog.+) 1;
+    END IF;
     INSERT INTO @extschema@.idem_outbox AS o
            (id, topic, aggregate, type, payload, headers, scope, key, seq, xact_id, created_at)
     SELECT msg_id, idem_publish.topic, idem_publish.aggregate, idem_publish.type,
@@ -448,10 +689,6 @@ BEGIN
      WHERE NOT EXISTS (SELECT FROM @extschema@.idem_outbox_topics t
                         WHERE t.topic OPERATOR(pg_catalog.=) (idem_publish.topic COLLATE pg_catalog."C")
                           AND t.relay OPERATOR(pg_catalog.=) 'message')
-       AND (idem_publish.aggregate IS NULL
-            OR EXISTS (SELECT FROM pg_catalog.pg_advisory_xact_lock(1229213506,
-                           pg_catalog.hashtext(idem_publish.topic OPERATOR(pg_catalog.||) pg_catalog.chr(10)
-                                               OPERATOR(pg_catalog.||) idem_publish.aggregate))))
     ON CONFLICT (id) DO NOTHING
     RETURNING (SELECT t.relay FROM @extschema@.idem_outbox_topics t
                 WHERE t.topic OPERATOR(pg_catalog.=) o.topic)
@@ -527,6 +764,11 @@ BEGIN
     IF idem_outbox_topic.retention OPERATOR(pg_catalog.<) '0'::pg_catalog.interval THEN
         RAISE EXCEPTION 'idem_outbox_topic: retention must not be negative'
             USING ERRCODE = '22023', DETAIL = pg_catalog.format('The retention given was %s.', idem_outbox_topic.retention);
+    END IF;
+    IF idem_outbox_topic.retention OPERATOR(pg_catalog.>) '100 years'::pg_catalog.interval THEN
+        RAISE EXCEPTION 'idem_outbox_topic: retention must be at most 100 years'
+            USING ERRCODE = '22023', DETAIL = pg_catalog.format('The retention given was %s.', idem_outbox_topic.retention),
+                  HINT = 'A retention is finite: acknowledged messages are deleted once it has passed.';
     END IF;
     IF pg_catalog.current_setting('transaction_read_only') OPERATOR(pg_catalog.=) 'on' THEN
         RAISE EXCEPTION 'cannot execute idem_outbox_topic() in a read-only transaction' USING ERRCODE = '25006';
@@ -665,7 +907,7 @@ RETURNS pg_catalog.void
 LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE
 AS $$
 DECLARE
-    s record;
+    s pg_catalog.record;
     h pg_catalog.xid8;
 BEGIN
     FOR s IN
@@ -723,8 +965,8 @@ DECLARE
     taken pg_catalog.uuid[] := '{}';
     got pg_catalog.uuid[];
     ids pg_catalog.uuid[];
-    sub record;
-    cand record;
+    sub pg_catalog.record;
+    cand pg_catalog.record;
     seen pg_catalog.text[];
     run_key pg_catalog.text;
     last_x pg_catalog.xid8;
@@ -749,6 +991,11 @@ BEGIN
         RAISE EXCEPTION 'idem_outbox_fetch: lease must be positive'
             USING ERRCODE = '22023', DETAIL = pg_catalog.format('The lease given was %s.', idem_outbox_fetch.lease);
     END IF;
+    IF idem_outbox_fetch.lease OPERATOR(pg_catalog.>) '1 day'::pg_catalog.interval THEN
+        RAISE EXCEPTION 'idem_outbox_fetch: lease must be at most 1 day'
+            USING ERRCODE = '22023', DETAIL = pg_catalog.format('The lease given was %s.', idem_outbox_fetch.lease),
+                  HINT = 'A lease is finite so that the messages of a consumer that crashed come back; acknowledge in time, or fetch fewer messages at a time.';
+    END IF;
     IF pg_catalog.current_setting('transaction_read_only') OPERATOR(pg_catalog.=) 'on' THEN
         RAISE EXCEPTION 'cannot execute idem_outbox_fetch() in a read-only transaction' USING ERRCODE = '25006';
     END IF;
@@ -767,7 +1014,40 @@ BEGIN
     now_ := pg_catalog.clock_timestamp();
     until_ := now_ OPERATOR(pg_catalog.+) idem_outbox_fetch.lease;
 
-    PERFORM @extschema@.idem_outbox_advance(idem_outbox_fetch.consumer);
+    DECLARE
+        adv pg_catalog.record;
+        h pg_catalog.xid8;
+    BEGIN
+    -- idem_outbox_advance(consumer), written out (a call by name could be made
+    -- ambiguous: docs/security.md).
+        FOR adv IN
+            SELECT s2.consumer, s2.topic, s2.horizon
+              FROM @extschema@.idem_outbox_subscriptions s2
+             WHERE idem_outbox_fetch.consumer IS NULL
+                OR s2.consumer OPERATOR(pg_catalog.=) (idem_outbox_fetch.consumer COLLATE pg_catalog."C")
+             ORDER BY s2.consumer, s2.topic
+               FOR UPDATE SKIP LOCKED
+        LOOP
+            SELECT LEAST(pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot()),
+                         (SELECT o.xact_id FROM @extschema@.idem_outbox o
+                           WHERE o.topic OPERATOR(pg_catalog.=) adv.topic
+                             AND o.xact_id OPERATOR(pg_catalog.>=) adv.horizon
+                             AND (SELECT d.acked_at FROM @extschema@.idem_outbox_deliveries d
+                                   WHERE d.consumer OPERATOR(pg_catalog.=) adv.consumer
+                                     AND d.id OPERATOR(pg_catalog.=) o.id) IS NULL
+                           ORDER BY o.xact_id LIMIT 1))
+              INTO h;
+            IF h OPERATOR(pg_catalog.>) adv.horizon THEN
+                UPDATE @extschema@.idem_outbox_subscriptions s3 SET horizon = h
+                 WHERE s3.consumer OPERATOR(pg_catalog.=) adv.consumer
+                   AND s3.topic OPERATOR(pg_catalog.=) adv.topic;
+                DELETE FROM @extschema@.idem_outbox_deliveries d
+                 WHERE d.consumer OPERATOR(pg_catalog.=) adv.consumer
+                   AND d.topic OPERATOR(pg_catalog.=) adv.topic
+                   AND d.xact_id OPERATOR(pg_catalog.<) h;
+            END IF;
+        END LOOP;
+    END;
 
     -- The runs: per (topic, aggregate), the consumer's unacknowledged
     -- messages in position order (commit order); a message without an
@@ -909,7 +1189,7 @@ RETURNS pg_catalog.bool
 LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE
 AS $$
 DECLARE
-    m record;
+    m pg_catalog.record;
     h pg_catalog.xid8;
 BEGIN
     IF idem_outbox_ack.consumer IS NULL THEN
@@ -1035,7 +1315,7 @@ RETURNS pg_catalog.int8
 LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE
 AS $$
 DECLARE
-    t record;
+    t pg_catalog.record;
     bound pg_catalog.xid8;
     keep pg_catalog.interval;
     n pg_catalog.int8;
@@ -1054,7 +1334,40 @@ BEGIN
     END IF;
     now_ := pg_catalog.clock_timestamp();
 
-    PERFORM @extschema@.idem_outbox_advance(NULL);
+    DECLARE
+        adv pg_catalog.record;
+        h pg_catalog.xid8;
+    BEGIN
+    -- idem_outbox_advance(NULL), written out (a call by name could be made
+    -- ambiguous: docs/security.md).
+        FOR adv IN
+            SELECT s2.consumer, s2.topic, s2.horizon
+              FROM @extschema@.idem_outbox_subscriptions s2
+             WHERE NULL::pg_catalog.text IS NULL
+                OR s2.consumer OPERATOR(pg_catalog.=) (NULL::pg_catalog.text COLLATE pg_catalog."C")
+             ORDER BY s2.consumer, s2.topic
+               FOR UPDATE SKIP LOCKED
+        LOOP
+            SELECT LEAST(pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot()),
+                         (SELECT o.xact_id FROM @extschema@.idem_outbox o
+                           WHERE o.topic OPERATOR(pg_catalog.=) adv.topic
+                             AND o.xact_id OPERATOR(pg_catalog.>=) adv.horizon
+                             AND (SELECT d.acked_at FROM @extschema@.idem_outbox_deliveries d
+                                   WHERE d.consumer OPERATOR(pg_catalog.=) adv.consumer
+                                     AND d.id OPERATOR(pg_catalog.=) o.id) IS NULL
+                           ORDER BY o.xact_id LIMIT 1))
+              INTO h;
+            IF h OPERATOR(pg_catalog.>) adv.horizon THEN
+                UPDATE @extschema@.idem_outbox_subscriptions s3 SET horizon = h
+                 WHERE s3.consumer OPERATOR(pg_catalog.=) adv.consumer
+                   AND s3.topic OPERATOR(pg_catalog.=) adv.topic;
+                DELETE FROM @extschema@.idem_outbox_deliveries d
+                 WHERE d.consumer OPERATOR(pg_catalog.=) adv.consumer
+                   AND d.topic OPERATOR(pg_catalog.=) adv.topic
+                   AND d.xact_id OPERATOR(pg_catalog.<) h;
+            END IF;
+        END LOOP;
+    END;
 
     -- The topics of the table, one index probe each.
     FOR t IN

@@ -433,10 +433,11 @@ SELECT pg_temp.try($$SELECT idem_outbox_topic('orders', retention => '1 day')$$)
 SELECT pg_temp.try($$SELECT count(*) FROM idem_outbox_topics$$) AS topics_readable;
 SELECT pg_temp.try($$SELECT idem_outbox_id('t', 'k') IS NOT NULL$$) AS id_public;
 RESET ROLE;
-GRANT SELECT, INSERT, UPDATE ON idem_records TO regress_outbox_app;
-GRANT SELECT, INSERT ON idem_outbox TO regress_outbox_app;
-GRANT USAGE ON SEQUENCE idem_outbox_position_seq TO regress_outbox_app;
-GRANT SELECT, INSERT, UPDATE, DELETE ON idem_outbox_subscriptions, idem_outbox_deliveries TO regress_outbox_app;
+-- idem_grant gives claims (the inbox); idem_outbox_grant the outbox, per
+-- topic and consumer group (test/sql/outbox_isolation.sql has the rest).
+SELECT idem_grant('regress_outbox_app');
+SELECT idem_outbox_grant('regress_outbox_app', 'publish', 'orders');
+SELECT idem_outbox_grant('regress_outbox_app', 'consume', 'orders', 'app');
 SET ROLE regress_outbox_app;
 BEGIN;
 SELECT idem_claim('ob-priv', 'k1') AS claimed;
@@ -445,10 +446,10 @@ COMMIT;
 SELECT idem_outbox_subscribe('app', 'orders', from_start => true) AS subscribed;
 SELECT count(*) FILTER (WHERE idem_outbox_ack('app', f.id)) AS acked FROM idem_outbox_fetch('app') AS f;
 SELECT idem_inbox('app', idem_outbox_id('orders', 'k1', 'ob-priv')) AS inbox;
-SELECT pg_temp.try($$SELECT idem_outbox_purge()$$);
+SELECT pg_temp.try($$DELETE FROM idem_outbox$$);
 RESET ROLE;
-REVOKE ALL ON idem_records, idem_outbox, idem_outbox_subscriptions, idem_outbox_deliveries FROM regress_outbox_app;
-REVOKE ALL ON SEQUENCE idem_outbox_position_seq FROM regress_outbox_app;
+SELECT idem_revoke('regress_outbox_app');
+REVOKE USAGE ON SCHEMA public FROM regress_outbox_app;
 DROP ROLE regress_outbox_app;
 
 -- Catalog: the labels of the functions (test/t/024_outbox.pl checks that

@@ -13,7 +13,7 @@
 #                 into a Debezium-shaped table (bench_outbox: id uuid from
 #                 gen_random_uuid(), primary key only)
 #   outbox_fetch  A: idem_outbox_fetch(group, BENCH_OUTBOX_FETCH) + one
-#                 idem_outbox_ack per message; B: a hand-written queue,
+#                 idem_outbox_ack_many of the batch; B: a hand-written queue,
 #                 SELECT ... ORDER BY position LIMIT ... FOR UPDATE SKIP
 #                 LOCKED and DELETE of the same rows, one statement; both
 #                 with BENCH_OUTBOX_CONSUMERS clients on the same
@@ -108,9 +108,9 @@ COMMIT;
 PGB
     cat >"$S/outbox_fetch.pgbench" <<PGB
 -- pair "outbox_fetch" (A), bench/outbox.sh: one consumer step, fetch up to
--- $BENCH_OUTBOX_FETCH messages of group 'bench' and acknowledge each (the
--- work in between is nothing here).
-SELECT count(idem_outbox_ack('bench', f.id)) AS acked FROM idem_outbox_fetch('bench', $BENCH_OUTBOX_FETCH) AS f;
+-- $BENCH_OUTBOX_FETCH messages of group 'bench' and acknowledge the batch
+-- with one idem_outbox_ack_many (the work in between is nothing here).
+SELECT idem_outbox_ack_many('bench', ARRAY(SELECT f.id FROM idem_outbox_fetch('bench', $BENCH_OUTBOX_FETCH) AS f)) AS acked;
 PGB
     cat >"$S/outbox_queue.pgbench" <<PGB
 -- pair "outbox_fetch" (B), bench/outbox.sh: the hand-written queue, the
@@ -173,8 +173,8 @@ outbox_setup_pair() { # pair; 0 ok, 1 skip, 2 failure
         outbox_fetch)
             log "preparing database outbox_fetch_tpl ($BENCH_OUTBOX_MESSAGES messages)"
             make_template outbox_fetch_tpl -f "$S/outbox_schema.sql" \
-                -c "SELECT idem_outbox_subscribe('bench', 'accounts', from_start => true)" \
                 -c "CALL bench_outbox_load('accounts', $BENCH_OUTBOX_MESSAGES, 100, $BENCH_OUTBOX_AGGREGATES)" \
+                -c "SELECT idem_outbox_subscribe('bench', 'accounts', from_start => true)" \
                 -c "VACUUM ANALYZE" || return 2
             copy_template outbox_fetch outbox_fetch_tpl || return 2
             ;;

@@ -4,10 +4,24 @@
 
 \echo Use "ALTER EXTENSION idempotency UPDATE TO '0.6.0'" to load this file. \quit
 
--- outbox: no lock any role can squat, no name resolved through a caller's
--- search_path, bounded leases and retentions (docs/security.md, Outbox).
--- Every message, every group's horizon and delivery and every lease stay.
+-- outbox: isolation per topic and group; row locks, no public advisory
+-- locks; no name resolved through a caller's search_path; bounded leases
+-- and retentions; a group's progress as one row per run (a position per
+-- aggregate), so that a fetch reads only what it hands out.  Every
+-- message, every group's progress and every lease stay (converted below).
+-- (idem_grant and idem_revoke are replaced at the end of this section.)
 
+DROP INDEX @extschema@.idem_outbox_topic_xact_idx;
+DROP INDEX @extschema@.idem_outbox_topic_aggregate_idx;
+-- A run's messages in order: one aggregate's from a position up.  (The
+-- purge walks the table by its primary key.)
+CREATE INDEX idem_outbox_topic_aggregate_idx
+    ON @extschema@.idem_outbox (topic, aggregate, position)
+    WHERE aggregate IS NOT NULL;
+
+-- One row per (topic, aggregate) ever published to: the aggregate's
+-- lock.  idem_publish writes it (INSERT ... ON CONFLICT DO UPDATE) before
+-- its message, and holds the row lock until its transaction ends.
 CREATE TABLE @extschema@.idem_outbox_aggregates (
     topic      pg_catalog.text COLLATE pg_catalog."C" NOT NULL,
     aggregate  pg_catalog.text COLLATE pg_catalog."C" NOT NULL,
@@ -21,6 +35,43 @@ COMMENT ON TABLE @extschema@.idem_outbox_aggregates IS
 REVOKE ALL ON TABLE @extschema@.idem_outbox_aggregates FROM PUBLIC;
 
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.idem_outbox_aggregates', '');
+
+-- Where idem_outbox_purge goes on: the id it examined last (it walks the
+-- table by primary key, a bounded number of rows per call, and wraps).
+CREATE TABLE @extschema@.idem_outbox_purge_hand (
+    one        pg_catalog.bool NOT NULL DEFAULT true,
+    last_id    pg_catalog.uuid,
+    CONSTRAINT idem_outbox_purge_hand_pkey PRIMARY KEY (one),
+    CONSTRAINT idem_outbox_purge_hand_one_check CHECK (one)
+);
+
+COMMENT ON TABLE @extschema@.idem_outbox_purge_hand IS
+    'Internal (idem_outbox_purge): the id of the last message examined; the next call goes on from there';
+
+REVOKE ALL ON TABLE @extschema@.idem_outbox_purge_hand FROM PUBLIC;
+
+COMMENT ON TABLE @extschema@.idem_outbox IS
+    'Messages published with idem_publish, one row per message id; exists if and only if the publishing transaction committed';
+COMMENT ON COLUMN @extschema@.idem_outbox.id IS
+    'Message id: idem_outbox_id(topic, key, scope, seq), the same for every publication of the same claim (or explicit key), topic and seq';
+COMMENT ON COLUMN @extschema@.idem_outbox.aggregate IS
+    'Ordering key: the messages of one (topic, aggregate) are delivered in commit order; Debezium''s event key';
+COMMENT ON COLUMN @extschema@.idem_outbox.scope IS
+    'Scope of the claim the message was published for; NULL for a message published with an explicit key';
+COMMENT ON COLUMN @extschema@.idem_outbox.key IS
+    'Key of the claim the message was published for, or the explicit key';
+COMMENT ON COLUMN @extschema@.idem_outbox.position IS
+    'Order of publication; within one (topic, aggregate) it is the commit order';
+COMMENT ON COLUMN @extschema@.idem_outbox.xact_id IS
+    'Top-level transaction id of the publication, as pg_current_xact_id() returns it';
+COMMENT ON COLUMN @extschema@.idem_outbox.created_at IS
+    'Start of the publishing transaction (now())';
+
+REVOKE ALL ON TABLE @extschema@.idem_outbox FROM PUBLIC;
+REVOKE ALL ON SEQUENCE @extschema@.idem_outbox_position_seq FROM PUBLIC;
+
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.idem_outbox', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.idem_outbox_position_seq', '');
 
 INSERT INTO @extschema@.idem_outbox_aggregates (topic, aggregate, published)
 SELECT o.topic, o.aggregate, pg_catalog.count(*)
@@ -36,6 +87,149 @@ ALTER TABLE @extschema@.idem_outbox_topics
     ADD CONSTRAINT idem_outbox_topics_retention_check CHECK
         (retention OPERATOR(pg_catalog.>=) '0'::pg_catalog.interval
          AND retention OPERATOR(pg_catalog.<=) '100 years'::pg_catalog.interval);
+
+COMMENT ON TABLE @extschema@.idem_outbox_subscriptions IS
+    'Consumer groups of the pull API and their topics (idem_outbox_subscribe); horizon: the oldest transaction running at the subscription, 0 from the start';
+
+-- idem_publish finds the groups of its topic.
+CREATE INDEX idem_outbox_subscriptions_topic_idx
+    ON @extschema@.idem_outbox_subscriptions (topic);
+
+-- A consumer group's progress, one row per run: the messages of one
+-- (topic, aggregate), or one message without an aggregate (lone), that
+-- the group has not acknowledged.  Made by idem_publish for every group
+-- subscribed to the topic (or by idem_outbox_subscribe from the start);
+-- a group's progress in an aggregate is a position (acked), because the
+-- aggregate's messages are delivered in position order, so a lease and an
+-- acknowledgement are per run, not per message.  available_at: the run
+-- is free from then on; in the future while a lease holds it; 'infinity'
+-- when it has nothing to deliver (parked: idem_publish frees it again).
+-- A fetch takes free runs from the index on (consumer, available_at)
+-- with FOR UPDATE SKIP LOCKED: it never reads a leased run, a parked one
+-- or another group's.
+CREATE TABLE @extschema@.idem_outbox_runs (
+    consumer     pg_catalog.text COLLATE pg_catalog."C" NOT NULL,
+    topic        pg_catalog.text COLLATE pg_catalog."C" NOT NULL,
+    aggregate    pg_catalog.text COLLATE pg_catalog."C",
+    lone         pg_catalog.uuid,
+    acked        pg_catalog.int8 NOT NULL,
+    acked_ahead  pg_catalog.int8[],
+    available_at pg_catalog.timestamptz NOT NULL,
+    leased_upto  pg_catalog.int8,
+    handed_upto  pg_catalog.int8 NOT NULL DEFAULT -1,
+    attempts     pg_catalog.int4 NOT NULL DEFAULT 0,
+    CONSTRAINT idem_outbox_runs_key UNIQUE NULLS NOT DISTINCT (topic, aggregate, lone, consumer),
+    CONSTRAINT idem_outbox_runs_kind_check CHECK ((aggregate IS NULL) OPERATOR(pg_catalog.<>) (lone IS NULL))
+);
+CREATE INDEX idem_outbox_runs_ready
+    ON @extschema@.idem_outbox_runs (consumer, available_at, acked);
+
+COMMENT ON TABLE @extschema@.idem_outbox_runs IS
+    'Per consumer group, its runs (an aggregate''s messages, or one message without an aggregate) with something unacknowledged: acknowledged up to position acked (and acked_ahead), leased until available_at, parked when that is infinity';
+
+REVOKE ALL ON TABLE @extschema@.idem_outbox_runs FROM PUBLIC;
+
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.idem_outbox_runs', '');
+
+-- Each group's progress of 0.5.0 as runs: per aggregate (and per message
+-- without one) with an unacknowledged message at or above the group's
+-- horizon, the position before its first unacknowledged message, what is
+-- acknowledged beyond it, and the lease of what is leased.
+WITH state AS (
+    SELECT s.consumer, o.topic, o.aggregate, o.id, o.position, o.created_at,
+           d.acked_at IS NOT NULL AS acked, d.attempts,
+           CASE WHEN d.acked_at IS NULL AND d.leased_until OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()
+                THEN d.leased_until END AS leased_until
+      FROM @extschema@.idem_outbox_subscriptions s
+      JOIN @extschema@.idem_outbox o
+        ON o.topic OPERATOR(pg_catalog.=) s.topic
+       AND o.xact_id OPERATOR(pg_catalog.>=) s.horizon
+      LEFT JOIN @extschema@.idem_outbox_deliveries d
+        ON d.consumer OPERATOR(pg_catalog.=) s.consumer
+       AND d.id OPERATOR(pg_catalog.=) o.id
+), head AS (
+    SELECT st.consumer, st.topic, st.aggregate,
+           CASE WHEN st.aggregate IS NULL THEN st.id END AS lone,
+           pg_catalog.min(st.position) FILTER (WHERE NOT st.acked) AS first_open
+      FROM state st
+     GROUP BY st.consumer, st.topic, st.aggregate, CASE WHEN st.aggregate IS NULL THEN st.id END
+)
+INSERT INTO @extschema@.idem_outbox_runs
+       (consumer, topic, aggregate, lone, acked, acked_ahead, available_at, leased_upto, handed_upto, attempts)
+SELECT h.consumer, h.topic, h.aggregate, h.lone,
+       h.first_open OPERATOR(pg_catalog.-) 1,
+       (SELECT pg_catalog.array_agg(st.position ORDER BY st.position) FROM state st
+         WHERE h.lone IS NULL
+           AND st.consumer OPERATOR(pg_catalog.=) h.consumer AND st.topic OPERATOR(pg_catalog.=) h.topic
+           AND st.aggregate OPERATOR(pg_catalog.=) h.aggregate
+           AND st.acked AND st.position OPERATOR(pg_catalog.>) h.first_open),
+       COALESCE(l.until, l.oldest, pg_catalog.now()),
+       l.leased_upto, COALESCE(l.handed_upto, -1), COALESCE(l.attempts, 0)
+  FROM head h
+  CROSS JOIN LATERAL (
+       SELECT pg_catalog.max(st.leased_until) AS until,
+              pg_catalog.max(st.position) FILTER (WHERE st.leased_until IS NOT NULL) AS leased_upto,
+              pg_catalog.max(st.position) FILTER (WHERE st.attempts OPERATOR(pg_catalog.>) 0) AS handed_upto,
+              pg_catalog.max(st.attempts) FILTER (WHERE NOT st.acked) AS attempts,
+              pg_catalog.min(st.created_at) FILTER (WHERE NOT st.acked) AS oldest
+         FROM state st
+        WHERE st.consumer OPERATOR(pg_catalog.=) h.consumer AND st.topic OPERATOR(pg_catalog.=) h.topic
+          AND ((h.lone IS NULL AND st.aggregate OPERATOR(pg_catalog.=) h.aggregate)
+               OR (h.lone IS NOT NULL AND st.id OPERATOR(pg_catalog.=) h.lone))) AS l
+ WHERE h.first_open IS NOT NULL;
+
+CREATE OR REPLACE VIEW @extschema@.idem_outbox_backlog WITH (security_invoker = true) AS
+    SELECT s.consumer::pg_catalog.text AS consumer,
+           s.topic::pg_catalog.text AS topic,
+           COALESCE(pg_catalog.sum(m.n), 0)::pg_catalog.int8 AS unacknowledged,
+           COALESCE(pg_catalog.sum(m.leased), 0)::pg_catalog.int8 AS leased,
+           pg_catalog.min(m.oldest) AS oldest,
+           pg_catalog.max(m.attempts) AS max_attempts,
+           s.horizon
+      FROM @extschema@.idem_outbox_subscriptions s
+      LEFT JOIN LATERAL (
+           SELECT pg_catalog.count(o.id) AS n,
+                  pg_catalog.count(o.id) FILTER (
+                      WHERE r.available_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()
+                        AND r.available_at OPERATOR(pg_catalog.<) 'infinity'::pg_catalog.timestamptz
+                        AND o.position OPERATOR(pg_catalog.<=) r.leased_upto) AS leased,
+                  pg_catalog.min(o.created_at) AS oldest,
+                  pg_catalog.max(r.attempts) FILTER (WHERE r.attempts OPERATOR(pg_catalog.>) 0) AS attempts
+             FROM @extschema@.idem_outbox_runs r
+             JOIN @extschema@.idem_outbox o
+               ON o.topic OPERATOR(pg_catalog.=) r.topic
+              AND ((r.lone IS NOT NULL AND o.id OPERATOR(pg_catalog.=) r.lone)
+                   OR (r.lone IS NULL AND o.aggregate OPERATOR(pg_catalog.=) r.aggregate
+                       AND o.position OPERATOR(pg_catalog.>) r.acked
+                       AND NOT COALESCE(o.position OPERATOR(pg_catalog.=) ANY (r.acked_ahead), false)))
+            WHERE r.consumer OPERATOR(pg_catalog.=) s.consumer
+              AND r.topic OPERATOR(pg_catalog.=) s.topic) AS m ON true
+     GROUP BY s.consumer, s.topic, s.horizon;
+
+COMMENT ON VIEW @extschema@.idem_outbox_backlog IS
+    'Per consumer group and topic: messages not acknowledged yet, how many are leased, the oldest, the most delivery attempts, the horizon';
+
+-- Public: what a role sees is decided by its privileges on the tables.
+DROP FUNCTION @extschema@.idem_outbox_advance(pg_catalog.text);
+-- (out of its extension first, so that it also leaves pg_extension.extconfig;
+-- the portable edition's plain script has no extension)
+DO $$
+DECLARE
+    ext pg_catalog.name;
+BEGIN
+    SELECT e.extname INTO ext
+      FROM pg_catalog.pg_depend d
+      JOIN pg_catalog.pg_extension e ON e.oid OPERATOR(pg_catalog.=) d.refobjid
+     WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
+       AND d.objid OPERATOR(pg_catalog.=) '@extschema@.idem_outbox_deliveries'::pg_catalog.regclass::pg_catalog.oid
+       AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass
+       AND d.deptype OPERATOR(pg_catalog.=) 'e';
+    IF FOUND THEN
+        EXECUTE pg_catalog.format('ALTER EXTENSION %I DROP TABLE @extschema@.idem_outbox_deliveries', ext);
+    END IF;
+END
+$$;
+DROP TABLE @extschema@.idem_outbox_deliveries;
 
 -- Isolation between applications: the grants, row-level security.
 CREATE TABLE @extschema@.idem_outbox_grants (
@@ -63,7 +257,7 @@ SELECT pg_catalog.pg_extension_config_dump('@extschema@.idem_outbox_grants', '')
 ALTER TABLE @extschema@.idem_outbox ENABLE ROW LEVEL SECURITY;
 ALTER TABLE @extschema@.idem_outbox_aggregates ENABLE ROW LEVEL SECURITY;
 ALTER TABLE @extschema@.idem_outbox_subscriptions ENABLE ROW LEVEL SECURITY;
-ALTER TABLE @extschema@.idem_outbox_deliveries ENABLE ROW LEVEL SECURITY;
+ALTER TABLE @extschema@.idem_outbox_runs ENABLE ROW LEVEL SECURITY;
 
 -- Publishers see the messages of their topics (a duplicate publication
 -- reads the first) and insert only messages of their topics whose id is
@@ -89,25 +283,69 @@ CREATE POLICY idem_outbox_consumer_read ON @extschema@.idem_outbox
                     WHERE g.privilege OPERATOR(pg_catalog.=) 'consume'
                       AND (g.topic IS NULL OR g.topic OPERATOR(pg_catalog.=) idem_outbox.topic)
                       AND pg_catalog.pg_has_role(g.role::pg_catalog.oid, 'USAGE')));
--- The aggregates' lock rows: publishers of the topic.
+-- The aggregates' lock rows: publishers of the topic write them;
+-- consumers of the topic may only lock them FOR SHARE (a fetch parks a
+-- drained run under that lock, so that no publication slips past it).
 CREATE POLICY idem_outbox_aggregates_publisher ON @extschema@.idem_outbox_aggregates
     USING (EXISTS (SELECT FROM @extschema@.idem_outbox_grants g
                     WHERE g.privilege OPERATOR(pg_catalog.=) 'publish'
                       AND (g.topic IS NULL OR g.topic OPERATOR(pg_catalog.=) idem_outbox_aggregates.topic)
                       AND pg_catalog.pg_has_role(g.role::pg_catalog.oid, 'USAGE')));
--- A group's subscriptions and deliveries: the roles that may read the
--- topic as that group.
+CREATE POLICY idem_outbox_aggregates_consumer_read ON @extschema@.idem_outbox_aggregates
+    FOR SELECT
+    USING (EXISTS (SELECT FROM @extschema@.idem_outbox_grants g
+                    WHERE g.privilege OPERATOR(pg_catalog.=) 'consume'
+                      AND (g.topic IS NULL OR g.topic OPERATOR(pg_catalog.=) idem_outbox_aggregates.topic)
+                      AND pg_catalog.pg_has_role(g.role::pg_catalog.oid, 'USAGE')));
+CREATE POLICY idem_outbox_aggregates_consumer_lock ON @extschema@.idem_outbox_aggregates
+    FOR UPDATE
+    USING (EXISTS (SELECT FROM @extschema@.idem_outbox_grants g
+                    WHERE g.privilege OPERATOR(pg_catalog.=) 'consume'
+                      AND (g.topic IS NULL OR g.topic OPERATOR(pg_catalog.=) idem_outbox_aggregates.topic)
+                      AND pg_catalog.pg_has_role(g.role::pg_catalog.oid, 'USAGE')))
+    WITH CHECK (false);
+-- A group's subscriptions and runs: the roles that may read the topic as
+-- that group.  Publishers of the topic see its subscriptions and make or
+-- free the groups' runs of what they publish.
 CREATE POLICY idem_outbox_subscriptions_consumer ON @extschema@.idem_outbox_subscriptions
     USING (EXISTS (SELECT FROM @extschema@.idem_outbox_grants g
                     WHERE g.privilege OPERATOR(pg_catalog.=) 'consume'
                       AND (g.topic IS NULL OR g.topic OPERATOR(pg_catalog.=) idem_outbox_subscriptions.topic)
                       AND (g.consumer IS NULL OR g.consumer OPERATOR(pg_catalog.=) idem_outbox_subscriptions.consumer)
                       AND pg_catalog.pg_has_role(g.role::pg_catalog.oid, 'USAGE')));
-CREATE POLICY idem_outbox_deliveries_consumer ON @extschema@.idem_outbox_deliveries
+CREATE POLICY idem_outbox_subscriptions_publisher ON @extschema@.idem_outbox_subscriptions
+    FOR SELECT
+    USING (EXISTS (SELECT FROM @extschema@.idem_outbox_grants g
+                    WHERE g.privilege OPERATOR(pg_catalog.=) 'publish'
+                      AND (g.topic IS NULL OR g.topic OPERATOR(pg_catalog.=) idem_outbox_subscriptions.topic)
+                      AND pg_catalog.pg_has_role(g.role::pg_catalog.oid, 'USAGE')));
+CREATE POLICY idem_outbox_runs_consumer ON @extschema@.idem_outbox_runs
     USING (EXISTS (SELECT FROM @extschema@.idem_outbox_grants g
                     WHERE g.privilege OPERATOR(pg_catalog.=) 'consume'
-                      AND (g.topic IS NULL OR g.topic OPERATOR(pg_catalog.=) idem_outbox_deliveries.topic)
-                      AND (g.consumer IS NULL OR g.consumer OPERATOR(pg_catalog.=) idem_outbox_deliveries.consumer)
+                      AND (g.topic IS NULL OR g.topic OPERATOR(pg_catalog.=) idem_outbox_runs.topic)
+                      AND (g.consumer IS NULL OR g.consumer OPERATOR(pg_catalog.=) idem_outbox_runs.consumer)
+                      AND pg_catalog.pg_has_role(g.role::pg_catalog.oid, 'USAGE')));
+CREATE POLICY idem_outbox_runs_publisher_read ON @extschema@.idem_outbox_runs
+    FOR SELECT
+    USING (EXISTS (SELECT FROM @extschema@.idem_outbox_grants g
+                    WHERE g.privilege OPERATOR(pg_catalog.=) 'publish'
+                      AND (g.topic IS NULL OR g.topic OPERATOR(pg_catalog.=) idem_outbox_runs.topic)
+                      AND pg_catalog.pg_has_role(g.role::pg_catalog.oid, 'USAGE')));
+CREATE POLICY idem_outbox_runs_publisher_insert ON @extschema@.idem_outbox_runs
+    FOR INSERT
+    WITH CHECK (EXISTS (SELECT FROM @extschema@.idem_outbox_grants g
+                    WHERE g.privilege OPERATOR(pg_catalog.=) 'publish'
+                      AND (g.topic IS NULL OR g.topic OPERATOR(pg_catalog.=) idem_outbox_runs.topic)
+                      AND pg_catalog.pg_has_role(g.role::pg_catalog.oid, 'USAGE')));
+CREATE POLICY idem_outbox_runs_publisher_free ON @extschema@.idem_outbox_runs
+    FOR UPDATE
+    USING (EXISTS (SELECT FROM @extschema@.idem_outbox_grants g
+                    WHERE g.privilege OPERATOR(pg_catalog.=) 'publish'
+                      AND (g.topic IS NULL OR g.topic OPERATOR(pg_catalog.=) idem_outbox_runs.topic)
+                      AND pg_catalog.pg_has_role(g.role::pg_catalog.oid, 'USAGE')))
+    WITH CHECK (EXISTS (SELECT FROM @extschema@.idem_outbox_grants g
+                    WHERE g.privilege OPERATOR(pg_catalog.=) 'publish'
+                      AND (g.topic IS NULL OR g.topic OPERATOR(pg_catalog.=) idem_outbox_runs.topic)
                       AND pg_catalog.pg_has_role(g.role::pg_catalog.oid, 'USAGE')));
 
 -- Roles that idem_grant gave the outbox in 0.5.0 keep what they had: every
@@ -124,15 +362,22 @@ SELECT DISTINCT a.grantee::pg_catalog.regrole, v.privilege
    AND a.grantee OPERATOR(pg_catalog.<>) c.relowner;
 DO $$
 DECLARE
-    r pg_catalog.regrole;
+    g pg_catalog.record;
 BEGIN
-    FOR r IN SELECT g.role FROM @extschema@.idem_outbox_grants g
-              WHERE g.privilege OPERATOR(pg_catalog.=) 'publish'
+    FOR g IN SELECT r.role, r.privilege FROM @extschema@.idem_outbox_grants r
     LOOP
-        EXECUTE pg_catalog.format('GRANT SELECT, INSERT, UPDATE ON TABLE @extschema@.idem_outbox_aggregates TO %s', r);
+        IF g.privilege OPERATOR(pg_catalog.=) 'publish' THEN
+            EXECUTE pg_catalog.format('GRANT SELECT, INSERT, UPDATE ON TABLE @extschema@.idem_outbox_aggregates TO %s', g.role);
+            EXECUTE pg_catalog.format('GRANT SELECT ON TABLE @extschema@.idem_outbox_subscriptions TO %s', g.role);
+            EXECUTE pg_catalog.format('GRANT SELECT, INSERT, UPDATE (available_at) ON TABLE @extschema@.idem_outbox_runs TO %s', g.role);
+        ELSE
+            EXECUTE pg_catalog.format('GRANT SELECT, UPDATE (published) ON TABLE @extschema@.idem_outbox_aggregates TO %s', g.role);
+            EXECUTE pg_catalog.format('GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE @extschema@.idem_outbox_runs TO %s', g.role);
+        END IF;
     END LOOP;
 END
 $$;
+
 
 CREATE OR REPLACE FUNCTION @extschema@.idem_xact_claims(
     OUT scope pg_catalog.text,
@@ -218,10 +463,13 @@ BEGIN
         EXECUTE pg_catalog.format('GRANT SELECT, INSERT ON TABLE %I.idem_outbox TO %s', nsp, idem_outbox_grant.role);
         EXECUTE pg_catalog.format('GRANT USAGE ON SEQUENCE %I.idem_outbox_position_seq TO %s', nsp, idem_outbox_grant.role);
         EXECUTE pg_catalog.format('GRANT SELECT, INSERT, UPDATE ON TABLE %I.idem_outbox_aggregates TO %s', nsp, idem_outbox_grant.role);
+        EXECUTE pg_catalog.format('GRANT SELECT ON TABLE %I.idem_outbox_subscriptions TO %s', nsp, idem_outbox_grant.role);
+        EXECUTE pg_catalog.format('GRANT SELECT, INSERT, UPDATE (available_at) ON TABLE %I.idem_outbox_runs TO %s', nsp, idem_outbox_grant.role);
     ELSE
         EXECUTE pg_catalog.format('GRANT SELECT ON TABLE %I.idem_outbox TO %s', nsp, idem_outbox_grant.role);
+        EXECUTE pg_catalog.format('GRANT SELECT, UPDATE (published) ON TABLE %I.idem_outbox_aggregates TO %s', nsp, idem_outbox_grant.role);
         EXECUTE pg_catalog.format('GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE %I.idem_outbox_subscriptions TO %s', nsp, idem_outbox_grant.role);
-        EXECUTE pg_catalog.format('GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE %I.idem_outbox_deliveries TO %s', nsp, idem_outbox_grant.role);
+        EXECUTE pg_catalog.format('GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE %I.idem_outbox_runs TO %s', nsp, idem_outbox_grant.role);
     END IF;
     EXECUTE pg_catalog.format(
         'INSERT INTO %I.idem_outbox_grants (role, privilege, topic, consumer) VALUES ($1, $2, $3, $4)'
@@ -264,7 +512,7 @@ BEGIN
     EXECUTE pg_catalog.format('SELECT EXISTS (SELECT FROM %I.idem_outbox_grants g WHERE g.role OPERATOR(pg_catalog.=) $1)', nsp)
         INTO left_ USING idem_outbox_revoke.role;
     IF NOT left_ THEN
-        EXECUTE pg_catalog.format('REVOKE ALL ON TABLE %I.idem_outbox, %I.idem_outbox_aggregates, %I.idem_outbox_subscriptions, %I.idem_outbox_deliveries FROM %s',
+        EXECUTE pg_catalog.format('REVOKE ALL ON TABLE %I.idem_outbox, %I.idem_outbox_aggregates, %I.idem_outbox_subscriptions, %I.idem_outbox_runs FROM %s',
                                   nsp, nsp, nsp, nsp, idem_outbox_revoke.role);
         EXECUTE pg_catalog.format('REVOKE ALL ON SEQUENCE %I.idem_outbox_position_seq FROM %s', nsp, idem_outbox_revoke.role);
     END IF;
@@ -303,6 +551,8 @@ DECLARE
     msg_id pg_catalog.uuid;
     how pg_catalog.text;
     existing pg_catalog.xid8;
+    pos_ pg_catalog.int8;
+    subscribed pg_catalog.bool;
 BEGIN
     -- Arguments, in order; the detailed checks only when one fails (one
     -- expression on the usual path).
@@ -502,10 +752,35 @@ BEGIN
                         WHERE t.topic OPERATOR(pg_catalog.=) (idem_publish.topic COLLATE pg_catalog."C")
                           AND t.relay OPERATOR(pg_catalog.=) 'message')
     ON CONFLICT (id) DO NOTHING
-    RETURNING (SELECT t.relay FROM @extschema@.idem_outbox_topics t
-                WHERE t.topic OPERATOR(pg_catalog.=) o.topic)
-         INTO how;
+    RETURNING o.position,
+              (SELECT t.relay FROM @extschema@.idem_outbox_topics t
+                WHERE t.topic OPERATOR(pg_catalog.=) o.topic),
+              EXISTS (SELECT FROM @extschema@.idem_outbox_subscriptions s
+                       WHERE s.topic OPERATOR(pg_catalog.=) o.topic)
+         INTO pos_, how, subscribed;
     IF FOUND THEN
+        IF subscribed THEN
+            -- The pull API: every group of the topic gets a run of this
+            -- message's aggregate (from this message: whatever came before
+            -- is acknowledged or predates the group), or of the message
+            -- alone; a parked run (drained) is freed.  Under the aggregate's
+            -- lock, so no fetch parks the run past this message.
+            INSERT INTO @extschema@.idem_outbox_runs AS r (consumer, topic, aggregate, lone, acked, available_at)
+            SELECT s.consumer, idem_publish.topic, idem_publish.aggregate,
+                   CASE WHEN idem_publish.aggregate IS NULL THEN msg_id END,
+                   pos_ OPERATOR(pg_catalog.-) 1, pg_catalog.now()
+              FROM @extschema@.idem_outbox_subscriptions s
+             WHERE s.topic OPERATOR(pg_catalog.=) (idem_publish.topic COLLATE pg_catalog."C")
+            ON CONFLICT ON CONSTRAINT idem_outbox_runs_key DO NOTHING;
+            IF idem_publish.aggregate IS NOT NULL THEN
+                UPDATE @extschema@.idem_outbox_runs r
+                   SET available_at = pg_catalog.now()
+                 WHERE r.topic OPERATOR(pg_catalog.=) (idem_publish.topic COLLATE pg_catalog."C")
+                   AND r.aggregate OPERATOR(pg_catalog.=) (idem_publish.aggregate COLLATE pg_catalog."C")
+                   AND r.lone IS NULL
+                   AND r.available_at OPERATOR(pg_catalog.=) 'infinity'::pg_catalog.timestamptz;
+            END IF;
+        END IF;
         IF how IS NULL OR how OPERATOR(pg_catalog.=) 'table' THEN
             RETURN msg_id;
         END IF;
@@ -601,46 +876,107 @@ COMMENT ON FUNCTION @extschema@.idem_outbox_topic(pg_catalog.text, pg_catalog.te
 
 REVOKE ALL ON FUNCTION @extschema@.idem_outbox_topic(pg_catalog.text, pg_catalog.text, pg_catalog.interval) FROM PUBLIC;
 
-CREATE OR REPLACE FUNCTION @extschema@.idem_outbox_advance(consumer pg_catalog.text)
-RETURNS pg_catalog.void
+CREATE OR REPLACE FUNCTION @extschema@.idem_outbox_subscribe(
+    consumer pg_catalog.text,
+    topic pg_catalog.text,
+    from_start pg_catalog.bool DEFAULT false)
+RETURNS pg_catalog.bool
 LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE
 AS $$
 DECLARE
-    s pg_catalog.record;
     h pg_catalog.xid8;
 BEGIN
-    FOR s IN
-        SELECT s2.consumer, s2.topic, s2.horizon
-          FROM @extschema@.idem_outbox_subscriptions s2
-         WHERE idem_outbox_advance.consumer IS NULL
-            OR s2.consumer OPERATOR(pg_catalog.=) (idem_outbox_advance.consumer COLLATE pg_catalog."C")
-         ORDER BY s2.consumer, s2.topic
-           FOR UPDATE SKIP LOCKED
-    LOOP
-        SELECT LEAST(pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot()),
-                     (SELECT o.xact_id FROM @extschema@.idem_outbox o
-                       WHERE o.topic OPERATOR(pg_catalog.=) s.topic
-                         AND o.xact_id OPERATOR(pg_catalog.>=) s.horizon
-                         AND (SELECT d.acked_at FROM @extschema@.idem_outbox_deliveries d
-                               WHERE d.consumer OPERATOR(pg_catalog.=) s.consumer
-                                 AND d.id OPERATOR(pg_catalog.=) o.id) IS NULL
-                       ORDER BY o.xact_id LIMIT 1))
-          INTO h;
-        IF h OPERATOR(pg_catalog.>) s.horizon THEN
-            UPDATE @extschema@.idem_outbox_subscriptions s3 SET horizon = h
-             WHERE s3.consumer OPERATOR(pg_catalog.=) s.consumer
-               AND s3.topic OPERATOR(pg_catalog.=) s.topic;
-            DELETE FROM @extschema@.idem_outbox_deliveries d
-             WHERE d.consumer OPERATOR(pg_catalog.=) s.consumer
-               AND d.topic OPERATOR(pg_catalog.=) s.topic
-               AND d.xact_id OPERATOR(pg_catalog.<) h;
-        END IF;
-    END LOOP;
+    IF idem_outbox_subscribe.consumer IS NULL THEN
+        RAISE EXCEPTION 'idem_outbox_subscribe: consumer must not be null' USING ERRCODE = '22004';
+    END IF;
+    IF pg_catalog.octet_length(idem_outbox_subscribe.consumer) OPERATOR(pg_catalog.=) 0 THEN
+        RAISE EXCEPTION 'idem_outbox_subscribe: consumer must not be empty' USING ERRCODE = '22023';
+    END IF;
+    IF pg_catalog.octet_length(idem_outbox_subscribe.consumer) OPERATOR(pg_catalog.>) 120 THEN
+        RAISE EXCEPTION 'idem_outbox_subscribe: consumer is too long'
+            USING ERRCODE = '22001',
+                  DETAIL = pg_catalog.format('The consumer is %s bytes; the limit is 120 bytes.', pg_catalog.octet_length(idem_outbox_subscribe.consumer));
+    END IF;
+    IF idem_outbox_subscribe.topic IS NULL THEN
+        RAISE EXCEPTION 'idem_outbox_subscribe: topic must not be null' USING ERRCODE = '22004';
+    END IF;
+    IF pg_catalog.octet_length(idem_outbox_subscribe.topic) OPERATOR(pg_catalog.=) 0 THEN
+        RAISE EXCEPTION 'idem_outbox_subscribe: topic must not be empty' USING ERRCODE = '22023';
+    END IF;
+    IF pg_catalog.octet_length(idem_outbox_subscribe.topic) OPERATOR(pg_catalog.>) 128 THEN
+        RAISE EXCEPTION 'idem_outbox_subscribe: topic is too long'
+            USING ERRCODE = '22001',
+                  DETAIL = pg_catalog.format('The topic is %s bytes; the limit is 128 bytes.', pg_catalog.octet_length(idem_outbox_subscribe.topic));
+    END IF;
+    IF idem_outbox_subscribe.from_start IS NULL THEN
+        RAISE EXCEPTION 'idem_outbox_subscribe: from_start must not be null' USING ERRCODE = '22004';
+    END IF;
+    IF pg_catalog.current_setting('transaction_read_only') OPERATOR(pg_catalog.=) 'on' THEN
+        RAISE EXCEPTION 'cannot execute idem_outbox_subscribe() in a read-only transaction' USING ERRCODE = '25006';
+    END IF;
+
+    -- From the start: a run for every aggregate (and every message
+    -- without one) still in the table, from its first message.
+    -- Otherwise none: idem_publish makes the group's runs from then on,
+    -- each from the message that makes it.  The horizon is informational
+    -- (the oldest transaction running at subscription).
+    INSERT INTO @extschema@.idem_outbox_subscriptions AS s (consumer, topic, horizon, created_at)
+    VALUES (idem_outbox_subscribe.consumer, idem_outbox_subscribe.topic,
+            CASE WHEN idem_outbox_subscribe.from_start THEN '0'::pg_catalog.xid8
+                 ELSE pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot()) END,
+            pg_catalog.now())
+    ON CONFLICT ON CONSTRAINT idem_outbox_subscriptions_pkey DO NOTHING;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF idem_outbox_subscribe.from_start THEN
+        INSERT INTO @extschema@.idem_outbox_runs (consumer, topic, aggregate, lone, acked, available_at)
+        SELECT idem_outbox_subscribe.consumer, o.topic, o.aggregate,
+               CASE WHEN o.aggregate IS NULL THEN o.id END,
+               pg_catalog.min(o.position) OPERATOR(pg_catalog.-) 1, pg_catalog.min(o.created_at)
+          FROM @extschema@.idem_outbox o
+         WHERE o.topic OPERATOR(pg_catalog.=) (idem_outbox_subscribe.topic COLLATE pg_catalog."C")
+         GROUP BY o.topic, o.aggregate, CASE WHEN o.aggregate IS NULL THEN o.id END
+        ON CONFLICT ON CONSTRAINT idem_outbox_runs_key DO NOTHING;
+    END IF;
+    RETURN true;
 END
 $$;
 
-COMMENT ON FUNCTION @extschema@.idem_outbox_advance(pg_catalog.text) IS
-    'Internal (idem_outbox_fetch, idem_outbox_purge): move the horizons of consumer''s subscriptions (all when NULL) past what it acknowledged';
+COMMENT ON FUNCTION @extschema@.idem_outbox_subscribe(pg_catalog.text, pg_catalog.text, pg_catalog.bool) IS
+    'Subscribe consumer group consumer to topic: the messages published from now on, or every message still kept (from_start); false when it was subscribed already';
+
+CREATE OR REPLACE FUNCTION @extschema@.idem_outbox_unsubscribe(
+    consumer pg_catalog.text,
+    topic pg_catalog.text)
+RETURNS pg_catalog.bool
+LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE
+AS $$
+BEGIN
+    IF idem_outbox_unsubscribe.consumer IS NULL THEN
+        RAISE EXCEPTION 'idem_outbox_unsubscribe: consumer must not be null' USING ERRCODE = '22004';
+    END IF;
+    IF idem_outbox_unsubscribe.topic IS NULL THEN
+        RAISE EXCEPTION 'idem_outbox_unsubscribe: topic must not be null' USING ERRCODE = '22004';
+    END IF;
+    IF pg_catalog.current_setting('transaction_read_only') OPERATOR(pg_catalog.=) 'on' THEN
+        RAISE EXCEPTION 'cannot execute idem_outbox_unsubscribe() in a read-only transaction' USING ERRCODE = '25006';
+    END IF;
+    DELETE FROM @extschema@.idem_outbox_subscriptions s
+     WHERE s.consumer OPERATOR(pg_catalog.=) (idem_outbox_unsubscribe.consumer COLLATE pg_catalog."C")
+       AND s.topic OPERATOR(pg_catalog.=) (idem_outbox_unsubscribe.topic COLLATE pg_catalog."C");
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    DELETE FROM @extschema@.idem_outbox_runs r
+     WHERE r.consumer OPERATOR(pg_catalog.=) (idem_outbox_unsubscribe.consumer COLLATE pg_catalog."C")
+       AND r.topic OPERATOR(pg_catalog.=) (idem_outbox_unsubscribe.topic COLLATE pg_catalog."C");
+    RETURN true;
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.idem_outbox_unsubscribe(pg_catalog.text, pg_catalog.text) IS
+    'End the subscription of consumer group consumer to topic and forget its progress (its messages no longer hold back the purge); false when there was none';
 
 CREATE OR REPLACE FUNCTION @extschema@.idem_outbox_fetch(
     consumer pg_catalog.text,
@@ -661,17 +997,13 @@ AS $$
 DECLARE
     now_ pg_catalog.timestamptz;
     until_ pg_catalog.timestamptz;
-    taken pg_catalog.uuid[] := '{}';
+    taken pg_catalog.int4 := 0;
+    ids pg_catalog.uuid[] := '{}';
+    atts pg_catalog.int4[] := '{}';
+    run pg_catalog.record;
     got pg_catalog.uuid[];
-    ids pg_catalog.uuid[];
-    sub pg_catalog.record;
-    cand pg_catalog.record;
-    seen pg_catalog.text[];
-    run_key pg_catalog.text;
-    last_x pg_catalog.xid8;
-    last_pos pg_catalog.int8;
+    pos pg_catalog.int8[];
     n pg_catalog.int4;
-    chunk pg_catalog.int4;
 BEGIN
     IF idem_outbox_fetch.consumer IS NULL THEN
         RAISE EXCEPTION 'idem_outbox_fetch: consumer must not be null' USING ERRCODE = '22004';
@@ -713,167 +1045,94 @@ BEGIN
     now_ := pg_catalog.clock_timestamp();
     until_ := now_ OPERATOR(pg_catalog.+) idem_outbox_fetch.lease;
 
-    DECLARE
-        adv pg_catalog.record;
-        h pg_catalog.xid8;
-    BEGIN
-    -- idem_outbox_advance(consumer), written out (a call by name could be made
-    -- ambiguous: docs/security.md).
-        FOR adv IN
-            SELECT s2.consumer, s2.topic, s2.horizon
-              FROM @extschema@.idem_outbox_subscriptions s2
-             WHERE idem_outbox_fetch.consumer IS NULL
-                OR s2.consumer OPERATOR(pg_catalog.=) (idem_outbox_fetch.consumer COLLATE pg_catalog."C")
-             ORDER BY s2.consumer, s2.topic
-               FOR UPDATE SKIP LOCKED
-        LOOP
-            SELECT LEAST(pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot()),
-                         (SELECT o.xact_id FROM @extschema@.idem_outbox o
-                           WHERE o.topic OPERATOR(pg_catalog.=) adv.topic
-                             AND o.xact_id OPERATOR(pg_catalog.>=) adv.horizon
-                             AND (SELECT d.acked_at FROM @extschema@.idem_outbox_deliveries d
-                                   WHERE d.consumer OPERATOR(pg_catalog.=) adv.consumer
-                                     AND d.id OPERATOR(pg_catalog.=) o.id) IS NULL
-                           ORDER BY o.xact_id LIMIT 1))
-              INTO h;
-            IF h OPERATOR(pg_catalog.>) adv.horizon THEN
-                UPDATE @extschema@.idem_outbox_subscriptions s3 SET horizon = h
-                 WHERE s3.consumer OPERATOR(pg_catalog.=) adv.consumer
-                   AND s3.topic OPERATOR(pg_catalog.=) adv.topic;
-                DELETE FROM @extschema@.idem_outbox_deliveries d
-                 WHERE d.consumer OPERATOR(pg_catalog.=) adv.consumer
-                   AND d.topic OPERATOR(pg_catalog.=) adv.topic
-                   AND d.xact_id OPERATOR(pg_catalog.<) h;
-            END IF;
-        END LOOP;
-    END;
-
-    -- The runs: per (topic, aggregate), the consumer's unacknowledged
-    -- messages in position order (commit order); a message without an
-    -- aggregate is a run of its own.  Every unacknowledged message is at or
-    -- above the horizon.  The runs are found from the horizon up, in
-    -- transaction order (the index on (topic, xact_id)), chunk by chunk,
-    -- among the messages neither acknowledged nor leased to someone else,
-    -- until max messages are taken: the cost follows what is handed out
-    -- (and what is leased or acknowledged above the horizon), not the
-    -- backlog.  Topics in the order of their horizons (the oldest
-    -- unacknowledged first).  A message's delivery is looked up by the
-    -- primary key, one message at a time (scalar subqueries, LATERAL ...
-    -- LIMIT 1), never as a join: planned on the statistics of new tables,
-    -- such a join read all of a group's deliveries for every message.
-    chunk := GREATEST(idem_outbox_fetch.max OPERATOR(pg_catalog.*) 2, 200);
-    <<topics>>
-    FOR sub IN
-        SELECT s.topic, s.horizon
-          FROM @extschema@.idem_outbox_subscriptions s
-         WHERE s.consumer OPERATOR(pg_catalog.=) (idem_outbox_fetch.consumer COLLATE pg_catalog."C")
-         ORDER BY s.horizon, s.topic
+    -- Free runs of the group, the longest free first (the index on
+    -- (consumer, available_at, acked)), each locked FOR UPDATE SKIP LOCKED:
+    -- the one lock that keeps concurrent fetches of a group off each
+    -- other's runs.  Leased and parked runs are never read (their
+    -- available_at is in the future), nor another group's.  From each, its
+    -- next messages in position order, up to what is left of max; then the
+    -- run is leased as a whole until until_.  A run with nothing to deliver
+    -- is parked (or, if a publisher holds its aggregate, put back at the end
+    -- of the line: clock_timestamp() is after now_, so this fetch does not
+    -- see it again).  Work and locks: one run per iteration, and every
+    -- iteration but the drained ones hands messages out.
     LOOP
-        seen := '{}';
-        last_x := sub.horizon;
-        last_pos := -1;
-        LOOP
-            n := 0;
-            FOR cand IN
-                SELECT o.id, o.aggregate, o.xact_id, o.position
-                  FROM @extschema@.idem_outbox o
-                 WHERE o.topic OPERATOR(pg_catalog.=) (sub.topic COLLATE pg_catalog."C")
-                   AND o.xact_id OPERATOR(pg_catalog.>=) last_x
-                   AND (o.xact_id OPERATOR(pg_catalog.>) last_x OR o.position OPERATOR(pg_catalog.>) last_pos)
-                   AND NOT COALESCE((
-                       SELECT d.acked_at IS NOT NULL OR d.leased_until OPERATOR(pg_catalog.>) now_
-                         FROM @extschema@.idem_outbox_deliveries d
-                        WHERE d.consumer OPERATOR(pg_catalog.=) (idem_outbox_fetch.consumer COLLATE pg_catalog."C")
-                          AND d.id OPERATOR(pg_catalog.=) o.id), false)
-                 ORDER BY o.xact_id, o.position
-                 LIMIT chunk
-            LOOP
-                n := n OPERATOR(pg_catalog.+) 1;
-                last_x := cand.xact_id;
-                last_pos := cand.position;
-                run_key := CASE WHEN cand.aggregate IS NULL THEN 'i' OPERATOR(pg_catalog.||) cand.id::pg_catalog.text
-                                ELSE 'a' OPERATOR(pg_catalog.||) cand.aggregate END;
-                CONTINUE WHEN run_key OPERATOR(pg_catalog.=) ANY (seen);
-                seen := seen OPERATOR(pg_catalog.||) run_key;
-                -- One fetch at a time per run (others skip it), then the run
-                -- as it is now (a new snapshot: what other fetches and
-                -- acknowledgements committed meanwhile): acknowledged
-                -- messages drop out, and it is taken up to the first message
-                -- leased to someone else.
-                CONTINUE WHEN NOT pg_catalog.pg_try_advisory_xact_lock(1229213510,
-                    pg_catalog.hashtext(idem_outbox_fetch.consumer OPERATOR(pg_catalog.||) pg_catalog.chr(10)
-                                        OPERATOR(pg_catalog.||) sub.topic OPERATOR(pg_catalog.||) pg_catalog.chr(10)
-                                        OPERATOR(pg_catalog.||) COALESCE(cand.aggregate, cand.id::pg_catalog.text)));
-                IF cand.aggregate IS NULL THEN
-                    ids := ARRAY[cand.id];
-                ELSE
-                    -- The aggregate's messages above the horizon (the index
-                    -- on (topic, aggregate, xact_id)), sorted by position
-                    -- (OFFSET 0 keeps the sort below the filter), then the
-                    -- acknowledged ones skipped one probe at a time (a
-                    -- scalar subquery, not a join: it stays lazy, in that
-                    -- order) until enough are found.
-                    SELECT pg_catalog.array_agg(r.id ORDER BY r.position) INTO ids
-                      FROM (SELECT o.id, o.position
-                              FROM (SELECT o2.id, o2.position
-                                      FROM @extschema@.idem_outbox o2
-                                     WHERE o2.topic OPERATOR(pg_catalog.=) (sub.topic COLLATE pg_catalog."C")
-                                       AND o2.aggregate OPERATOR(pg_catalog.=) (cand.aggregate COLLATE pg_catalog."C")
-                                       AND o2.xact_id OPERATOR(pg_catalog.>=) sub.horizon
-                                     ORDER BY o2.position
-                                    OFFSET 0) o
-                             WHERE (SELECT d.acked_at
-                                      FROM @extschema@.idem_outbox_deliveries d
-                                     WHERE d.consumer OPERATOR(pg_catalog.=) (idem_outbox_fetch.consumer COLLATE pg_catalog."C")
-                                       AND d.id OPERATOR(pg_catalog.=) o.id) IS NULL
-                             LIMIT idem_outbox_fetch.max OPERATOR(pg_catalog.-) pg_catalog.cardinality(taken)) r;
-                END IF;
-                WITH cur AS (
-                    SELECT u.id, u.n, o.topic, o.xact_id,
-                           pg_catalog.bool_and(d.leased_until IS NULL OR d.leased_until OPERATOR(pg_catalog.<=) now_)
-                               OVER (ORDER BY u.n) AS free
-                      FROM pg_catalog.unnest(ids) WITH ORDINALITY AS u(id, n)
-                      JOIN @extschema@.idem_outbox o ON o.id OPERATOR(pg_catalog.=) u.id
-                      LEFT JOIN LATERAL (
-                           SELECT d2.leased_until, d2.acked_at
-                             FROM @extschema@.idem_outbox_deliveries d2
-                            WHERE d2.consumer OPERATOR(pg_catalog.=) (idem_outbox_fetch.consumer COLLATE pg_catalog."C")
-                              AND d2.id OPERATOR(pg_catalog.=) u.id
-                            LIMIT 1) d ON true
-                     WHERE d.acked_at IS NULL
-                ), ins AS (
-                    INSERT INTO @extschema@.idem_outbox_deliveries AS d
-                           (consumer, id, topic, xact_id, attempts, leased_until)
-                    SELECT idem_outbox_fetch.consumer, cur.id, cur.topic, cur.xact_id, 1, until_
-                      FROM cur
-                     WHERE cur.free
-                     ORDER BY cur.n
-                     LIMIT idem_outbox_fetch.max OPERATOR(pg_catalog.-) pg_catalog.cardinality(taken)
-                    ON CONFLICT ON CONSTRAINT idem_outbox_deliveries_pkey DO UPDATE
-                       SET attempts = d.attempts OPERATOR(pg_catalog.+) 1,
-                           leased_until = excluded.leased_until
-                     WHERE d.acked_at IS NULL
-                       AND (d.leased_until IS NULL OR d.leased_until OPERATOR(pg_catalog.<=) now_)
-                    RETURNING d.id
-                )
-                SELECT pg_catalog.array_agg(ins.id) INTO got FROM ins;
-                IF got IS NOT NULL THEN
-                    taken := taken OPERATOR(pg_catalog.||) got;
-                END IF;
-                EXIT topics WHEN pg_catalog.cardinality(taken) OPERATOR(pg_catalog.>=) idem_outbox_fetch.max;
-            END LOOP;
-            EXIT WHEN n OPERATOR(pg_catalog.<) chunk;
-        END LOOP;
+        SELECT r.ctid AS tid, r.topic, r.aggregate, r.lone, r.acked, r.acked_ahead, r.handed_upto, r.attempts
+          INTO run
+          FROM @extschema@.idem_outbox_runs r
+         WHERE r.consumer OPERATOR(pg_catalog.=) (idem_outbox_fetch.consumer COLLATE pg_catalog."C")
+           AND r.available_at OPERATOR(pg_catalog.<=) now_
+         ORDER BY r.available_at, r.acked
+         LIMIT 1
+           FOR UPDATE SKIP LOCKED;
+        EXIT WHEN NOT FOUND;
+        IF run.lone IS NOT NULL THEN
+            SELECT pg_catalog.array_agg(o.id), pg_catalog.array_agg(o.position) INTO got, pos
+              FROM @extschema@.idem_outbox o
+             WHERE o.id OPERATOR(pg_catalog.=) run.lone;
+        ELSE
+            SELECT pg_catalog.array_agg(x.id ORDER BY x.position), pg_catalog.array_agg(x.position ORDER BY x.position)
+              INTO got, pos
+              FROM (SELECT o.id, o.position
+                      FROM @extschema@.idem_outbox o
+                     WHERE o.topic OPERATOR(pg_catalog.=) run.topic
+                       AND o.aggregate OPERATOR(pg_catalog.=) run.aggregate
+                       AND o.position OPERATOR(pg_catalog.>) run.acked
+                       AND NOT COALESCE(o.position OPERATOR(pg_catalog.=) ANY (run.acked_ahead), false)
+                     ORDER BY o.position
+                     LIMIT idem_outbox_fetch.max OPERATOR(pg_catalog.-) taken) x;
+        END IF;
+        IF got IS NULL THEN
+            IF run.lone IS NOT NULL THEN
+                -- its message is gone (unsubscribed and purged meanwhile)
+                DELETE FROM @extschema@.idem_outbox_runs r
+                 WHERE r.ctid OPERATOR(pg_catalog.=) run.tid;
+            ELSIF EXISTS (SELECT FROM @extschema@.idem_outbox_aggregates a
+                           WHERE a.topic OPERATOR(pg_catalog.=) run.topic
+                             AND a.aggregate OPERATOR(pg_catalog.=) run.aggregate
+                             FOR SHARE SKIP LOCKED)
+                  AND NOT EXISTS (SELECT FROM @extschema@.idem_outbox o
+                                   WHERE o.topic OPERATOR(pg_catalog.=) run.topic
+                                     AND o.aggregate OPERATOR(pg_catalog.=) run.aggregate
+                                     AND o.position OPERATOR(pg_catalog.>) run.acked
+                                     AND NOT COALESCE(o.position OPERATOR(pg_catalog.=) ANY (run.acked_ahead), false)) THEN
+                -- Drained, and no publisher of the aggregate is at work
+                -- (under its lock, a new snapshot): park it; the next
+                -- idem_publish for the aggregate frees it.
+                UPDATE @extschema@.idem_outbox_runs r
+                   SET available_at = 'infinity', acked_ahead = NULL, leased_upto = NULL
+                 WHERE r.ctid OPERATOR(pg_catalog.=) run.tid;
+            ELSE
+                UPDATE @extschema@.idem_outbox_runs r
+                   SET available_at = pg_catalog.clock_timestamp()
+                 WHERE r.ctid OPERATOR(pg_catalog.=) run.tid;
+            END IF;
+            CONTINUE;
+        END IF;
+        n := pg_catalog.cardinality(got);
+        -- attempts: one more than the run's for what an earlier lease
+        -- handed out already, 1 for the rest
+        atts := atts OPERATOR(pg_catalog.||) ARRAY(
+            SELECT CASE WHEN p.p OPERATOR(pg_catalog.<=) run.handed_upto
+                        THEN run.attempts OPERATOR(pg_catalog.+) 1 ELSE 1 END
+              FROM pg_catalog.unnest(pos) WITH ORDINALITY AS p(p, k) ORDER BY p.k);
+        ids := ids OPERATOR(pg_catalog.||) got;
+        UPDATE @extschema@.idem_outbox_runs r
+           SET available_at = until_,
+               leased_upto = pos[n],
+               attempts = CASE WHEN pos[1] OPERATOR(pg_catalog.<=) r.handed_upto
+                               THEN r.attempts OPERATOR(pg_catalog.+) 1 ELSE 1 END,
+               handed_upto = GREATEST(r.handed_upto, pos[n])
+         WHERE r.ctid OPERATOR(pg_catalog.=) run.tid;
+        taken := taken OPERATOR(pg_catalog.+) n;
+        EXIT WHEN taken OPERATOR(pg_catalog.>=) idem_outbox_fetch.max;
     END LOOP;
 
     RETURN QUERY
         SELECT o.id, o.topic::pg_catalog.text, o.aggregate::pg_catalog.text, o.type, o.payload,
-               o.headers, o.created_at, d.attempts
-          FROM @extschema@.idem_outbox o
-          JOIN @extschema@.idem_outbox_deliveries d
-            ON d.consumer OPERATOR(pg_catalog.=) (idem_outbox_fetch.consumer COLLATE pg_catalog."C")
-           AND d.id OPERATOR(pg_catalog.=) o.id
-         WHERE o.id OPERATOR(pg_catalog.=) ANY (taken)
+               o.headers, o.created_at, u.att
+          FROM ROWS FROM (pg_catalog.unnest(ids), pg_catalog.unnest(atts)) AS u(id, att)
+          JOIN @extschema@.idem_outbox o ON o.id OPERATOR(pg_catalog.=) u.id
          ORDER BY o.position;
 END
 $$;
@@ -889,7 +1148,13 @@ LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE
 AS $$
 DECLARE
     m pg_catalog.record;
-    h pg_catalog.xid8;
+    r pg_catalog.record;
+    mine pg_catalog.int8[];
+    ahead pg_catalog.int8[];
+    seq pg_catalog.int8[];
+    new_acked pg_catalog.int8;
+    k pg_catalog.int4;
+    done pg_catalog.int4 := 0;
 BEGIN
     IF idem_outbox_ack.consumer IS NULL THEN
         RAISE EXCEPTION 'idem_outbox_ack: consumer must not be null' USING ERRCODE = '22004';
@@ -900,47 +1165,204 @@ BEGIN
     IF pg_catalog.current_setting('transaction_read_only') OPERATOR(pg_catalog.=) 'on' THEN
         RAISE EXCEPTION 'cannot execute idem_outbox_ack() in a read-only transaction' USING ERRCODE = '25006';
     END IF;
-    SELECT o.topic, o.xact_id INTO m FROM @extschema@.idem_outbox o
-     WHERE o.id OPERATOR(pg_catalog.=) idem_outbox_ack.id;
-    IF NOT FOUND THEN
-        RETURN false;    -- no such message (any more): purged after its acknowledgement
-    END IF;
-    SELECT s.horizon INTO h FROM @extschema@.idem_outbox_subscriptions s
-     WHERE s.consumer OPERATOR(pg_catalog.=) (idem_outbox_ack.consumer COLLATE pg_catalog."C")
-       AND s.topic OPERATOR(pg_catalog.=) m.topic;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'idem_outbox_ack: consumer "%" is not subscribed to topic "%"', idem_outbox_ack.consumer, m.topic
-            USING ERRCODE = '42704',
-                  DETAIL = pg_catalog.format('Message %s is of topic "%s".', idem_outbox_ack.id, m.topic),
-                  HINT = 'Acknowledge with the consumer name given to idem_outbox_fetch.';
-    END IF;
-    IF m.xact_id OPERATOR(pg_catalog.<) h THEN
-        RETURN false;    -- below the horizon: acknowledged already
-    END IF;
-    INSERT INTO @extschema@.idem_outbox_deliveries AS d
-           (consumer, id, topic, xact_id, attempts, leased_until, acked_at)
-    VALUES (idem_outbox_ack.consumer, idem_outbox_ack.id, m.topic, m.xact_id, 0, NULL,
-            pg_catalog.clock_timestamp())
-    ON CONFLICT ON CONSTRAINT idem_outbox_deliveries_pkey DO UPDATE
-       SET acked_at = excluded.acked_at, leased_until = NULL
-     WHERE d.acked_at IS NULL;
-    RETURN FOUND;
+    -- Per run (in a fixed order, so that two batches cannot deadlock): lock
+    -- the group's run, note the positions it had not acknowledged, then
+    -- move its position over the run's next messages while they are
+    -- acknowledged; a run whose lease is all acknowledged is free again.
+    -- Work: the messages given, and per run one range of the index on
+    -- (topic, aggregate, position) no longer than what is acknowledged
+    -- ahead of its position.
+    FOR m IN
+        SELECT o.topic, o.aggregate, CASE WHEN o.aggregate IS NULL THEN o.id END AS lone,
+               pg_catalog.array_agg(DISTINCT o.position) AS ps
+          FROM @extschema@.idem_outbox o
+         WHERE o.id OPERATOR(pg_catalog.=) ANY (ARRAY[idem_outbox_ack.id])
+         GROUP BY 1, 2, 3
+         ORDER BY 1, 2, 3
+    LOOP
+        IF NOT EXISTS (SELECT FROM @extschema@.idem_outbox_subscriptions s
+                        WHERE s.consumer OPERATOR(pg_catalog.=) (idem_outbox_ack.consumer COLLATE pg_catalog."C")
+                          AND s.topic OPERATOR(pg_catalog.=) m.topic) THEN
+            RAISE EXCEPTION 'idem_outbox_ack: consumer "%" is not subscribed to topic "%"', idem_outbox_ack.consumer, m.topic
+                USING ERRCODE = '42704',
+                      DETAIL = pg_catalog.format('Message %s is of topic "%s".', idem_outbox_ack.id, m.topic),
+                      HINT = 'Acknowledge with the consumer name given to idem_outbox_fetch.';
+        END IF;
+        IF m.lone IS NULL THEN
+            SELECT rr.ctid AS tid, rr.acked, rr.acked_ahead INTO r
+              FROM @extschema@.idem_outbox_runs rr
+             WHERE rr.topic OPERATOR(pg_catalog.=) m.topic
+               AND rr.aggregate OPERATOR(pg_catalog.=) m.aggregate AND rr.lone IS NULL
+               AND rr.consumer OPERATOR(pg_catalog.=) (idem_outbox_ack.consumer COLLATE pg_catalog."C")
+               FOR UPDATE;
+        ELSE
+            SELECT rr.ctid AS tid, rr.acked, rr.acked_ahead INTO r
+              FROM @extschema@.idem_outbox_runs rr
+             WHERE rr.topic OPERATOR(pg_catalog.=) m.topic
+               AND rr.aggregate IS NULL AND rr.lone OPERATOR(pg_catalog.=) m.lone
+               AND rr.consumer OPERATOR(pg_catalog.=) (idem_outbox_ack.consumer COLLATE pg_catalog."C")
+               FOR UPDATE;
+        END IF;
+        -- no run: acknowledged already, or published before the subscription
+        CONTINUE WHEN NOT FOUND;
+        IF m.lone IS NOT NULL THEN
+            DELETE FROM @extschema@.idem_outbox_runs rr WHERE rr.ctid OPERATOR(pg_catalog.=) r.tid;
+            done := done OPERATOR(pg_catalog.+) 1;
+            CONTINUE;
+        END IF;
+        mine := ARRAY(SELECT p.p FROM pg_catalog.unnest(m.ps) AS p(p)
+                       WHERE p.p OPERATOR(pg_catalog.>) r.acked
+                         AND NOT COALESCE(p.p OPERATOR(pg_catalog.=) ANY (r.acked_ahead), false));
+        CONTINUE WHEN pg_catalog.cardinality(mine) OPERATOR(pg_catalog.=) 0;
+        done := done OPERATOR(pg_catalog.+) pg_catalog.cardinality(mine);
+        ahead := COALESCE(r.acked_ahead, '{}'::pg_catalog.int8[]) OPERATOR(pg_catalog.||) mine;
+        SELECT pg_catalog.array_agg(x.position ORDER BY x.position) INTO seq
+          FROM (SELECT o.position FROM @extschema@.idem_outbox o
+                 WHERE o.topic OPERATOR(pg_catalog.=) m.topic
+                   AND o.aggregate OPERATOR(pg_catalog.=) m.aggregate
+                   AND o.position OPERATOR(pg_catalog.>) r.acked
+                 ORDER BY o.position
+                 LIMIT pg_catalog.cardinality(ahead) OPERATOR(pg_catalog.+) 1) x;
+        new_acked := r.acked;
+        FOR k IN 1 .. COALESCE(pg_catalog.cardinality(seq), 0) LOOP
+            EXIT WHEN NOT seq[k] OPERATOR(pg_catalog.=) ANY (ahead);
+            new_acked := seq[k];
+        END LOOP;
+        ahead := ARRAY(SELECT p.p FROM pg_catalog.unnest(ahead) AS p(p)
+                        WHERE p.p OPERATOR(pg_catalog.>) new_acked ORDER BY p.p);
+        UPDATE @extschema@.idem_outbox_runs rr
+           SET acked = new_acked,
+               acked_ahead = CASE WHEN pg_catalog.cardinality(ahead) OPERATOR(pg_catalog.=) 0 THEN NULL ELSE ahead END,
+               available_at = CASE WHEN rr.available_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()
+                                        AND rr.available_at OPERATOR(pg_catalog.<) 'infinity'::pg_catalog.timestamptz
+                                        AND new_acked OPERATOR(pg_catalog.>=) rr.leased_upto
+                                   THEN pg_catalog.clock_timestamp() ELSE rr.available_at END,
+               attempts = CASE WHEN new_acked OPERATOR(pg_catalog.>=) rr.handed_upto THEN 0 ELSE rr.attempts END
+         WHERE rr.ctid OPERATOR(pg_catalog.=) r.tid;
+    END LOOP;
+    RETURN done OPERATOR(pg_catalog.>) 0;
 END
 $$;
 
 COMMENT ON FUNCTION @extschema@.idem_outbox_ack(pg_catalog.text, pg_catalog.uuid) IS
     'Acknowledge message id for consumer group consumer: it is not handed out to the group again; true when this call acknowledged it, false when it was already';
 
+CREATE OR REPLACE FUNCTION @extschema@.idem_outbox_ack_many(
+    consumer pg_catalog.text,
+    ids pg_catalog.uuid[])
+RETURNS pg_catalog.int4
+LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE
+AS $$
+DECLARE
+    m pg_catalog.record;
+    r pg_catalog.record;
+    mine pg_catalog.int8[];
+    ahead pg_catalog.int8[];
+    seq pg_catalog.int8[];
+    new_acked pg_catalog.int8;
+    k pg_catalog.int4;
+    done pg_catalog.int4 := 0;
+BEGIN
+    IF idem_outbox_ack_many.consumer IS NULL THEN
+        RAISE EXCEPTION 'idem_outbox_ack_many: consumer must not be null' USING ERRCODE = '22004';
+    END IF;
+    IF idem_outbox_ack_many.ids IS NULL THEN
+        RAISE EXCEPTION 'idem_outbox_ack_many: ids must not be null' USING ERRCODE = '22004';
+    END IF;
+    IF pg_catalog.current_setting('transaction_read_only') OPERATOR(pg_catalog.=) 'on' THEN
+        RAISE EXCEPTION 'cannot execute idem_outbox_ack_many() in a read-only transaction' USING ERRCODE = '25006';
+    END IF;
+    -- Per run (in a fixed order, so that two batches cannot deadlock): lock
+    -- the group's run, note the positions it had not acknowledged, then
+    -- move its position over the run's next messages while they are
+    -- acknowledged; a run whose lease is all acknowledged is free again.
+    -- Work: the messages given, and per run one range of the index on
+    -- (topic, aggregate, position) no longer than what is acknowledged
+    -- ahead of its position.
+    FOR m IN
+        SELECT o.topic, o.aggregate, CASE WHEN o.aggregate IS NULL THEN o.id END AS lone,
+               pg_catalog.array_agg(DISTINCT o.position) AS ps
+          FROM @extschema@.idem_outbox o
+         WHERE o.id OPERATOR(pg_catalog.=) ANY (idem_outbox_ack_many.ids)
+         GROUP BY 1, 2, 3
+         ORDER BY 1, 2, 3
+    LOOP
+        IF NOT EXISTS (SELECT FROM @extschema@.idem_outbox_subscriptions s
+                        WHERE s.consumer OPERATOR(pg_catalog.=) (idem_outbox_ack_many.consumer COLLATE pg_catalog."C")
+                          AND s.topic OPERATOR(pg_catalog.=) m.topic) THEN
+            RAISE EXCEPTION 'idem_outbox_ack_many: consumer "%" is not subscribed to topic "%"', idem_outbox_ack_many.consumer, m.topic
+                USING ERRCODE = '42704',
+                      DETAIL = pg_catalog.format('A message given is of topic "%s".', m.topic),
+                      HINT = 'Acknowledge with the consumer name given to idem_outbox_fetch.';
+        END IF;
+        IF m.lone IS NULL THEN
+            SELECT rr.ctid AS tid, rr.acked, rr.acked_ahead INTO r
+              FROM @extschema@.idem_outbox_runs rr
+             WHERE rr.topic OPERATOR(pg_catalog.=) m.topic
+               AND rr.aggregate OPERATOR(pg_catalog.=) m.aggregate AND rr.lone IS NULL
+               AND rr.consumer OPERATOR(pg_catalog.=) (idem_outbox_ack_many.consumer COLLATE pg_catalog."C")
+               FOR UPDATE;
+        ELSE
+            SELECT rr.ctid AS tid, rr.acked, rr.acked_ahead INTO r
+              FROM @extschema@.idem_outbox_runs rr
+             WHERE rr.topic OPERATOR(pg_catalog.=) m.topic
+               AND rr.aggregate IS NULL AND rr.lone OPERATOR(pg_catalog.=) m.lone
+               AND rr.consumer OPERATOR(pg_catalog.=) (idem_outbox_ack_many.consumer COLLATE pg_catalog."C")
+               FOR UPDATE;
+        END IF;
+        -- no run: acknowledged already, or published before the subscription
+        CONTINUE WHEN NOT FOUND;
+        IF m.lone IS NOT NULL THEN
+            DELETE FROM @extschema@.idem_outbox_runs rr WHERE rr.ctid OPERATOR(pg_catalog.=) r.tid;
+            done := done OPERATOR(pg_catalog.+) 1;
+            CONTINUE;
+        END IF;
+        mine := ARRAY(SELECT p.p FROM pg_catalog.unnest(m.ps) AS p(p)
+                       WHERE p.p OPERATOR(pg_catalog.>) r.acked
+                         AND NOT COALESCE(p.p OPERATOR(pg_catalog.=) ANY (r.acked_ahead), false));
+        CONTINUE WHEN pg_catalog.cardinality(mine) OPERATOR(pg_catalog.=) 0;
+        done := done OPERATOR(pg_catalog.+) pg_catalog.cardinality(mine);
+        ahead := COALESCE(r.acked_ahead, '{}'::pg_catalog.int8[]) OPERATOR(pg_catalog.||) mine;
+        SELECT pg_catalog.array_agg(x.position ORDER BY x.position) INTO seq
+          FROM (SELECT o.position FROM @extschema@.idem_outbox o
+                 WHERE o.topic OPERATOR(pg_catalog.=) m.topic
+                   AND o.aggregate OPERATOR(pg_catalog.=) m.aggregate
+                   AND o.position OPERATOR(pg_catalog.>) r.acked
+                 ORDER BY o.position
+                 LIMIT pg_catalog.cardinality(ahead) OPERATOR(pg_catalog.+) 1) x;
+        new_acked := r.acked;
+        FOR k IN 1 .. COALESCE(pg_catalog.cardinality(seq), 0) LOOP
+            EXIT WHEN NOT seq[k] OPERATOR(pg_catalog.=) ANY (ahead);
+            new_acked := seq[k];
+        END LOOP;
+        ahead := ARRAY(SELECT p.p FROM pg_catalog.unnest(ahead) AS p(p)
+                        WHERE p.p OPERATOR(pg_catalog.>) new_acked ORDER BY p.p);
+        UPDATE @extschema@.idem_outbox_runs rr
+           SET acked = new_acked,
+               acked_ahead = CASE WHEN pg_catalog.cardinality(ahead) OPERATOR(pg_catalog.=) 0 THEN NULL ELSE ahead END,
+               available_at = CASE WHEN rr.available_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()
+                                        AND rr.available_at OPERATOR(pg_catalog.<) 'infinity'::pg_catalog.timestamptz
+                                        AND new_acked OPERATOR(pg_catalog.>=) rr.leased_upto
+                                   THEN pg_catalog.clock_timestamp() ELSE rr.available_at END,
+               attempts = CASE WHEN new_acked OPERATOR(pg_catalog.>=) rr.handed_upto THEN 0 ELSE rr.attempts END
+         WHERE rr.ctid OPERATOR(pg_catalog.=) r.tid;
+    END LOOP;
+    RETURN done;
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.idem_outbox_ack_many(pg_catalog.text, pg_catalog.uuid[]) IS
+    'Acknowledge messages ids (a fetched batch) for consumer group consumer, as idem_outbox_ack(consumer, id) each; returns how many this call acknowledged';
+
 CREATE OR REPLACE FUNCTION @extschema@.idem_outbox_purge(batch_size pg_catalog.int4 DEFAULT 10000)
 RETURNS pg_catalog.int8
 LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE
 AS $$
 DECLARE
-    t pg_catalog.record;
-    bound pg_catalog.xid8;
-    keep pg_catalog.interval;
+    hand pg_catalog.uuid;
+    last_ pg_catalog.uuid;
+    seen pg_catalog.int4;
     n pg_catalog.int8;
-    total pg_catalog.int8 := 0;
     now_ pg_catalog.timestamptz;
 BEGIN
     IF idem_outbox_purge.batch_size IS NULL THEN
@@ -954,82 +1376,52 @@ BEGIN
         RAISE EXCEPTION 'cannot execute idem_outbox_purge() in a read-only transaction' USING ERRCODE = '25006';
     END IF;
     now_ := pg_catalog.clock_timestamp();
+    SELECT h.last_id INTO hand FROM @extschema@.idem_outbox_purge_hand h FOR UPDATE;
+    IF NOT FOUND THEN
+        INSERT INTO @extschema@.idem_outbox_purge_hand (one, last_id) VALUES (true, NULL)
+        ON CONFLICT ON CONSTRAINT idem_outbox_purge_hand_pkey DO NOTHING;
+    END IF;
 
-    DECLARE
-        adv pg_catalog.record;
-        h pg_catalog.xid8;
-    BEGIN
-    -- idem_outbox_advance(NULL), written out (a call by name could be made
-    -- ambiguous: docs/security.md).
-        FOR adv IN
-            SELECT s2.consumer, s2.topic, s2.horizon
-              FROM @extschema@.idem_outbox_subscriptions s2
-             WHERE NULL::pg_catalog.text IS NULL
-                OR s2.consumer OPERATOR(pg_catalog.=) (NULL::pg_catalog.text COLLATE pg_catalog."C")
-             ORDER BY s2.consumer, s2.topic
-               FOR UPDATE SKIP LOCKED
-        LOOP
-            SELECT LEAST(pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot()),
-                         (SELECT o.xact_id FROM @extschema@.idem_outbox o
-                           WHERE o.topic OPERATOR(pg_catalog.=) adv.topic
-                             AND o.xact_id OPERATOR(pg_catalog.>=) adv.horizon
-                             AND (SELECT d.acked_at FROM @extschema@.idem_outbox_deliveries d
-                                   WHERE d.consumer OPERATOR(pg_catalog.=) adv.consumer
-                                     AND d.id OPERATOR(pg_catalog.=) o.id) IS NULL
-                           ORDER BY o.xact_id LIMIT 1))
-              INTO h;
-            IF h OPERATOR(pg_catalog.>) adv.horizon THEN
-                UPDATE @extschema@.idem_outbox_subscriptions s3 SET horizon = h
-                 WHERE s3.consumer OPERATOR(pg_catalog.=) adv.consumer
-                   AND s3.topic OPERATOR(pg_catalog.=) adv.topic;
-                DELETE FROM @extschema@.idem_outbox_deliveries d
-                 WHERE d.consumer OPERATOR(pg_catalog.=) adv.consumer
-                   AND d.topic OPERATOR(pg_catalog.=) adv.topic
-                   AND d.xact_id OPERATOR(pg_catalog.<) h;
-            END IF;
-        END LOOP;
-    END;
-
-    -- The topics of the table, one index probe each.
-    FOR t IN
-        WITH RECURSIVE topics(topic) AS (
-            (SELECT o.topic FROM @extschema@.idem_outbox o ORDER BY o.topic LIMIT 1)
-            UNION ALL
-            SELECT (SELECT o.topic FROM @extschema@.idem_outbox o
-                     WHERE o.topic OPERATOR(pg_catalog.>) p.topic ORDER BY o.topic LIMIT 1)
-              FROM topics p WHERE p.topic IS NOT NULL)
-        SELECT x.topic FROM topics x WHERE x.topic IS NOT NULL
-    LOOP
-        EXIT WHEN total OPERATOR(pg_catalog.>=) idem_outbox_purge.batch_size;
-        SELECT c.retention INTO keep FROM @extschema@.idem_outbox_topics c
-         WHERE c.topic OPERATOR(pg_catalog.=) t.topic;
-        IF keep IS NULL THEN
-            keep := '7 days';
-        END IF;
-        SELECT pg_catalog.min(s.horizon) INTO bound FROM @extschema@.idem_outbox_subscriptions s
-         WHERE s.topic OPERATOR(pg_catalog.=) t.topic;
-        WITH head AS (
-            SELECT o.id, o.created_at FROM @extschema@.idem_outbox o
-             WHERE o.topic OPERATOR(pg_catalog.=) t.topic
-               AND (bound IS NULL OR o.xact_id OPERATOR(pg_catalog.<) bound)
-             ORDER BY o.xact_id
-             LIMIT idem_outbox_purge.batch_size OPERATOR(pg_catalog.-) total
-               FOR UPDATE SKIP LOCKED
-        )
+    WITH cand AS (
+        SELECT o.id, o.topic, o.aggregate, o.position, o.created_at
+          FROM @extschema@.idem_outbox o
+         WHERE hand IS NULL OR o.id OPERATOR(pg_catalog.>) hand
+         ORDER BY o.id
+         LIMIT idem_outbox_purge.batch_size
+           FOR UPDATE SKIP LOCKED
+    ), gone AS (
         DELETE FROM @extschema@.idem_outbox o
-         USING head
-         WHERE o.id OPERATOR(pg_catalog.=) head.id
-           AND head.created_at OPERATOR(pg_catalog.<) (now_ OPERATOR(pg_catalog.-) keep);
-        GET DIAGNOSTICS n = ROW_COUNT;
-        total := total OPERATOR(pg_catalog.+) n;
-        keep := NULL;
-    END LOOP;
-    RETURN total;
+         USING cand c
+         WHERE o.id OPERATOR(pg_catalog.=) c.id
+           AND c.created_at OPERATOR(pg_catalog.<) (now_ OPERATOR(pg_catalog.-) COALESCE(
+                   (SELECT t.retention FROM @extschema@.idem_outbox_topics t
+                     WHERE t.topic OPERATOR(pg_catalog.=) c.topic), '7 days'::pg_catalog.interval))
+           AND NOT EXISTS (
+                   SELECT FROM @extschema@.idem_outbox_runs r
+                    WHERE r.topic OPERATOR(pg_catalog.=) c.topic
+                      AND r.aggregate OPERATOR(pg_catalog.=) c.aggregate
+                      AND r.acked OPERATOR(pg_catalog.<) c.position
+                      AND NOT COALESCE(c.position OPERATOR(pg_catalog.=) ANY (r.acked_ahead), false))
+           AND NOT EXISTS (
+                   SELECT FROM @extschema@.idem_outbox_runs r
+                    WHERE c.aggregate IS NULL
+                      AND r.topic OPERATOR(pg_catalog.=) c.topic
+                      AND r.aggregate IS NULL
+                      AND r.lone OPERATOR(pg_catalog.=) c.id)
+        RETURNING 1
+    )
+    SELECT (SELECT pg_catalog.count(*) FROM gone), pg_catalog.count(*)::pg_catalog.int4,
+           (pg_catalog.array_agg(c.id ORDER BY c.id DESC))[1]
+      INTO n, seen, last_
+      FROM cand c;
+    UPDATE @extschema@.idem_outbox_purge_hand h
+       SET last_id = CASE WHEN seen OPERATOR(pg_catalog.<) idem_outbox_purge.batch_size THEN NULL ELSE last_ END;
+    RETURN n;
 END
 $$;
 
 COMMENT ON FUNCTION @extschema@.idem_outbox_purge(pg_catalog.int4) IS
-    'Delete up to batch_size messages older than their topic''s retention that every consumer group of their topic has acknowledged; returns the number removed';
+    'Examine batch_size messages (going on from the previous call) and delete those older than their topic''s retention that every consumer group of their topic has acknowledged; returns the number removed';
 
 CREATE OR REPLACE FUNCTION @extschema@.idem_grant(
     role pg_catalog.regrole,
@@ -1083,7 +1475,7 @@ BEGIN
     EXECUTE pg_catalog.format('REVOKE ALL ON TABLE %I.idem_outbox FROM %s', nsp, role);
     EXECUTE pg_catalog.format('REVOKE ALL ON SEQUENCE %I.idem_outbox_position_seq FROM %s', nsp, role);
     EXECUTE pg_catalog.format('REVOKE ALL ON TABLE %I.idem_outbox_subscriptions FROM %s', nsp, role);
-    EXECUTE pg_catalog.format('REVOKE ALL ON TABLE %I.idem_outbox_deliveries FROM %s', nsp, role);
+    EXECUTE pg_catalog.format('REVOKE ALL ON TABLE %I.idem_outbox_runs FROM %s', nsp, role);
     EXECUTE pg_catalog.format('REVOKE ALL ON TABLE %I.idem_outbox_aggregates FROM %s', nsp, role);
     EXECUTE pg_catalog.format('DELETE FROM %I.idem_outbox_grants g WHERE g.role OPERATOR(pg_catalog.=) $1', nsp) USING role;
 END

@@ -8,7 +8,7 @@
 \set try_sql :abs_srcdir '/helpers/try.sql'
 \i :try_sql
 SET idem_test.try_detail = on;
-TRUNCATE idem_outbox, idem_outbox_topics, idem_outbox_subscriptions, idem_outbox_deliveries,
+TRUNCATE idem_outbox, idem_outbox_topics, idem_outbox_subscriptions, idem_outbox_runs,
          idem_outbox_aggregates, idem_outbox_grants;
 
 CREATE ROLE regress_iso_claims;      -- idem_grant only: claims
@@ -87,8 +87,8 @@ SELECT pg_temp.try($$SELECT count(*) FROM idem_outbox_fetch('billing', 10, '1 da
 SELECT pg_temp.try($$SELECT idem_outbox_ack('billing', idem_outbox_id('orders', 'o1'))$$);
 SELECT idem_outbox_unsubscribe('billing', 'orders') AS unsubscribed_billing;
 SELECT consumer, topic FROM idem_outbox_backlog ORDER BY 1, 2;
-SELECT pg_temp.try($$UPDATE idem_outbox_deliveries SET leased_until = now() + '100 years'$$);
-SELECT count(*) AS billing_deliveries_seen FROM idem_outbox_deliveries WHERE consumer = 'billing';
+SELECT pg_temp.try($$UPDATE idem_outbox_runs SET available_at = now() + '100 years'$$);
+SELECT count(*) AS billing_runs_seen FROM idem_outbox_runs WHERE consumer = 'billing';
 RESET ROLE;
 -- billing's state is untouched; a member of billing's role acts as billing
 SET ROLE regress_iso_billing_2;
@@ -108,7 +108,7 @@ SET ROLE regress_iso_audit;
 SELECT pg_temp.try($$SELECT count(*) FROM idem_outbox$$);
 RESET ROLE;
 
-TRUNCATE idem_outbox, idem_outbox_topics, idem_outbox_subscriptions, idem_outbox_deliveries,
+TRUNCATE idem_outbox, idem_outbox_topics, idem_outbox_subscriptions, idem_outbox_runs,
          idem_outbox_aggregates, idem_outbox_grants;
 SELECT idem_revoke(r::regrole) FROM unnest(ARRAY['regress_iso_claims', 'regress_iso_orders', 'regress_iso_mail',
                                                 'regress_iso_billing', 'regress_iso_audit']) AS r;

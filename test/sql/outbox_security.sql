@@ -13,7 +13,7 @@
 \set try_sql :abs_srcdir '/helpers/try.sql'
 \i :try_sql
 SET idem_test.try_detail = on;
-TRUNCATE idem_outbox, idem_outbox_topics, idem_outbox_subscriptions, idem_outbox_deliveries,
+TRUNCATE idem_outbox, idem_outbox_topics, idem_outbox_subscriptions, idem_outbox_runs,
          idem_outbox_aggregates;
 
 CREATE ROLE regress_ob_attacker;
@@ -128,6 +128,6 @@ SET idem_test.try_detail = on;
 SELECT idem_outbox_purge() AS purge_still_works;
 SELECT idem_outbox_unsubscribe('sec-g', 'sec') AS unsubscribed;
 
-TRUNCATE idem_outbox, idem_outbox_topics, idem_outbox_subscriptions, idem_outbox_deliveries,
+TRUNCATE idem_outbox, idem_outbox_topics, idem_outbox_subscriptions, idem_outbox_runs,
          idem_outbox_aggregates;
 DELETE FROM idem_records WHERE scope LIKE 'ob-%' OR scope LIKE 'inbox:%';

@@ -337,10 +337,10 @@ $node->command_ok([ 'pg_restore', '-d', $node->connstr('restored'), $dump ], 'pg
 my $state = q{
 	SELECT (SELECT count(*) FROM idem_outbox) || '|' || (SELECT count(*) FROM idem_outbox_topics)
 	    || '|' || (SELECT string_agg(consumer || ':' || topic, ',' ORDER BY consumer) FROM idem_outbox_subscriptions)
-	    || '|' || (SELECT count(*) FROM idem_outbox_deliveries)
+	    || '|' || (SELECT count(*) FROM idem_outbox_runs)
 	    || '|' || (SELECT max(position) FROM idem_outbox)};
 is($node->safe_psql('restored', $state), $node->safe_psql('postgres', $state),
-	'the restored database has the outbox, its topics, subscriptions and deliveries');
+	'the restored database has the outbox, its topics, subscriptions and runs');
 is( $node->safe_psql('restored', q{
 	SELECT idem_publish('tap', '{}', key => 'after-restore') IS NOT NULL;
 	SELECT idem_publish('tap', '{}', key => 'before-dump') IS NULL;

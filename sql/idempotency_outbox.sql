@@ -1019,6 +1019,8 @@ DECLARE
     until_ pg_catalog.timestamptz;
     taken pg_catalog.int4 := 0;
     ids pg_catalog.uuid[] := '{}';
+    tids pg_catalog.tid[] := '{}';
+    gtids pg_catalog.tid[];
     atts pg_catalog.int4[] := '{}';
     run pg_catalog.record;
     got pg_catalog.uuid[];
@@ -1087,13 +1089,15 @@ BEGIN
            FOR UPDATE SKIP LOCKED;
         EXIT WHEN NOT FOUND;
         IF run.lone IS NOT NULL THEN
-            SELECT pg_catalog.array_agg(o.id), pg_catalog.array_agg(o.position) INTO got, pos
+            SELECT pg_catalog.array_agg(o.id), pg_catalog.array_agg(o.position), pg_catalog.array_agg(o.ctid)
+              INTO got, pos, gtids
               FROM @extschema@.idem_outbox o
              WHERE o.id OPERATOR(pg_catalog.=) run.lone;
         ELSE
-            SELECT pg_catalog.array_agg(x.id ORDER BY x.position), pg_catalog.array_agg(x.position ORDER BY x.position)
-              INTO got, pos
-              FROM (SELECT o.id, o.position
+            SELECT pg_catalog.array_agg(x.id ORDER BY x.position), pg_catalog.array_agg(x.position ORDER BY x.position),
+                   pg_catalog.array_agg(x.ctid ORDER BY x.position)
+              INTO got, pos, gtids
+              FROM (SELECT o.id, o.position, o.ctid
                       FROM @extschema@.idem_outbox o
                      WHERE o.topic OPERATOR(pg_catalog.=) run.topic
                        AND o.aggregate OPERATOR(pg_catalog.=) run.aggregate
@@ -1137,6 +1141,7 @@ BEGIN
                         THEN run.attempts OPERATOR(pg_catalog.+) 1 ELSE 1 END
               FROM pg_catalog.unnest(pos) WITH ORDINALITY AS p(p, k) ORDER BY p.k);
         ids := ids OPERATOR(pg_catalog.||) got;
+        tids := tids OPERATOR(pg_catalog.||) gtids;
         UPDATE @extschema@.idem_outbox_runs r
            SET available_at = until_,
                leased_upto = pos[n],
@@ -1148,11 +1153,14 @@ BEGIN
         EXIT WHEN taken OPERATOR(pg_catalog.>=) idem_outbox_fetch.max;
     END LOOP;
 
+    -- The messages handed out, read again by their tuple ids (a message is
+    -- never updated, and one not acknowledged is never deleted).
     RETURN QUERY
         SELECT o.id, o.topic::pg_catalog.text, o.aggregate::pg_catalog.text, o.type, o.payload,
                o.headers, o.created_at, u.att
-          FROM ROWS FROM (pg_catalog.unnest(ids), pg_catalog.unnest(atts)) AS u(id, att)
-          JOIN @extschema@.idem_outbox o ON o.id OPERATOR(pg_catalog.=) u.id
+          FROM ROWS FROM (pg_catalog.unnest(tids), pg_catalog.unnest(ids), pg_catalog.unnest(atts)) AS u(tid, id, att)
+          JOIN @extschema@.idem_outbox o
+            ON o.ctid OPERATOR(pg_catalog.=) u.tid AND o.id OPERATOR(pg_catalog.=) u.id
          ORDER BY o.position;
 END
 $$;
@@ -1244,10 +1252,16 @@ BEGIN
                  ORDER BY o.position
                  LIMIT pg_catalog.cardinality(ahead) OPERATOR(pg_catalog.+) 1) x;
         new_acked := r.acked;
-        FOR k IN 1 .. COALESCE(pg_catalog.cardinality(seq), 0) LOOP
-            EXIT WHEN NOT seq[k] OPERATOR(pg_catalog.=) ANY (ahead);
-            new_acked := seq[k];
-        END LOOP;
+        ahead := ARRAY(SELECT p.p FROM pg_catalog.unnest(ahead) AS p(p) ORDER BY p.p);
+        IF seq[1:pg_catalog.cardinality(ahead)] OPERATOR(pg_catalog.=) ahead THEN
+            -- the usual case: what is acknowledged is the run's next messages
+            new_acked := seq[pg_catalog.cardinality(ahead)];
+        ELSE
+            FOR k IN 1 .. COALESCE(pg_catalog.cardinality(seq), 0) LOOP
+                EXIT WHEN NOT seq[k] OPERATOR(pg_catalog.=) ANY (ahead);
+                new_acked := seq[k];
+            END LOOP;
+        END IF;
         ahead := ARRAY(SELECT p.p FROM pg_catalog.unnest(ahead) AS p(p)
                         WHERE p.p OPERATOR(pg_catalog.>) new_acked ORDER BY p.p);
         UPDATE @extschema@.idem_outbox_runs rr
@@ -1354,10 +1368,16 @@ BEGIN
                  ORDER BY o.position
                  LIMIT pg_catalog.cardinality(ahead) OPERATOR(pg_catalog.+) 1) x;
         new_acked := r.acked;
-        FOR k IN 1 .. COALESCE(pg_catalog.cardinality(seq), 0) LOOP
-            EXIT WHEN NOT seq[k] OPERATOR(pg_catalog.=) ANY (ahead);
-            new_acked := seq[k];
-        END LOOP;
+        ahead := ARRAY(SELECT p.p FROM pg_catalog.unnest(ahead) AS p(p) ORDER BY p.p);
+        IF seq[1:pg_catalog.cardinality(ahead)] OPERATOR(pg_catalog.=) ahead THEN
+            -- the usual case: what is acknowledged is the run's next messages
+            new_acked := seq[pg_catalog.cardinality(ahead)];
+        ELSE
+            FOR k IN 1 .. COALESCE(pg_catalog.cardinality(seq), 0) LOOP
+                EXIT WHEN NOT seq[k] OPERATOR(pg_catalog.=) ANY (ahead);
+                new_acked := seq[k];
+            END LOOP;
+        END IF;
         ahead := ARRAY(SELECT p.p FROM pg_catalog.unnest(ahead) AS p(p)
                         WHERE p.p OPERATOR(pg_catalog.>) new_acked ORDER BY p.p);
         UPDATE @extschema@.idem_outbox_runs rr

@@ -12,8 +12,11 @@
 #   outbox_sql    A: as outbox A; B: the claim and a hand-written INSERT
 #                 into a Debezium-shaped table (bench_outbox: id uuid from
 #                 gen_random_uuid(), primary key only)
+#   outbox_fetch2 A: as outbox_fetch, the clients split over two groups
+#                 of the same topic (ops: both groups' messages; the extra
+#                 column gives each group's); B: the same queue
 #   outbox_fetch  A: idem_outbox_fetch(group, BENCH_OUTBOX_FETCH) + one
-#                 idem_outbox_ack per message; B: a hand-written queue,
+#                 idem_outbox_ack_many of the batch; B: a hand-written queue,
 #                 SELECT ... ORDER BY position LIMIT ... FOR UPDATE SKIP
 #                 LOCKED and DELETE of the same rows, one statement; both
 #                 with BENCH_OUTBOX_CONSUMERS clients on the same
@@ -39,10 +42,10 @@ for v in BENCH_OUTBOX_MESSAGES BENCH_OUTBOX_FETCH BENCH_OUTBOX_CONSUMERS BENCH_O
     case ${!v} in ''|*[!0-9]*|0) idem_die "$v must be a positive integer (got '${!v}')";; esac
 done
 
-outbox_pair() { case $1 in outbox|outbox_sql|outbox_fetch) return 0;; esac; return 1; }
+outbox_pair() { case $1 in outbox|outbox_sql|outbox_fetch|outbox_fetch2) return 0;; esac; return 1; }
 
 outbox_side_db() { # pair side
-    case $1 in outbox_fetch) echo outbox_fetch;; *) echo outbox;; esac
+    case $1 in outbox_fetch|outbox_fetch2) echo outbox_fetch;; *) echo outbox;; esac
 }
 
 outbox_side_script() { # pair side
@@ -51,12 +54,13 @@ outbox_side_script() { # pair side
         outbox/B) echo business_claim.pgbench;;
         outbox_sql/B) echo outbox_insert.pgbench;;
         outbox_fetch/A) echo outbox_fetch.pgbench;;
-        outbox_fetch/B) echo outbox_queue.pgbench;;
+        outbox_fetch/B|outbox_fetch2/B) echo outbox_queue.pgbench;;
+        outbox_fetch2/A) echo outbox_fetch2.pgbench;;
     esac
 }
 
 outbox_clients() { # pair
-    case $1 in outbox_fetch) echo "$BENCH_OUTBOX_CONSUMERS";; *) echo "$BENCH_CLIENTS";; esac
+    case $1 in outbox_fetch|outbox_fetch2) echo "$BENCH_OUTBOX_CONSUMERS";; *) echo "$BENCH_CLIENTS";; esac
 }
 
 outbox_ops_per_tx() { # pair: 1 (outbox_fetch's operations are messages, see outbox_after_run)
@@ -68,6 +72,7 @@ outbox_what() { # pair
         outbox) echo "tx/s: claim + UPDATE + INSERT with idem_publish vs the claim only";;
         outbox_sql) echo "tx/s: the same with idem_publish vs a hand-written INSERT into a Debezium-shaped table";;
         outbox_fetch) echo "messages/s, $BENCH_OUTBOX_CONSUMERS clients: idem_outbox_fetch($BENCH_OUTBOX_FETCH) + acks vs SKIP LOCKED + DELETE queue, $BENCH_OUTBOX_MESSAGES preloaded";;
+        outbox_fetch2) echo "messages/s, $BENCH_OUTBOX_CONSUMERS clients split over two groups of one topic (all groups' messages) vs the same queue";;
     esac
 }
 
@@ -108,9 +113,18 @@ COMMIT;
 PGB
     cat >"$S/outbox_fetch.pgbench" <<PGB
 -- pair "outbox_fetch" (A), bench/outbox.sh: one consumer step, fetch up to
--- $BENCH_OUTBOX_FETCH messages of group 'bench' and acknowledge each (the
--- work in between is nothing here).
-SELECT count(idem_outbox_ack('bench', f.id)) AS acked FROM idem_outbox_fetch('bench', $BENCH_OUTBOX_FETCH) AS f;
+-- $BENCH_OUTBOX_FETCH messages of group 'bench' and acknowledge the batch
+-- with one idem_outbox_ack_many (the work in between is nothing here).
+SELECT idem_outbox_ack_many('bench', ARRAY(SELECT f.id FROM idem_outbox_fetch('bench', $BENCH_OUTBOX_FETCH) AS f)) AS acked;
+PGB
+    cat >"$S/outbox_fetch2.pgbench" <<PGB
+-- pair "outbox_fetch2" (A), bench/outbox.sh: as outbox_fetch, the clients
+-- split over two groups reading the same topic ('bench', 'bench2').
+\\if :client_id % 2 = 0
+SELECT idem_outbox_ack_many('bench', ARRAY(SELECT f.id FROM idem_outbox_fetch('bench', $BENCH_OUTBOX_FETCH) AS f)) AS acked;
+\\else
+SELECT idem_outbox_ack_many('bench2', ARRAY(SELECT f.id FROM idem_outbox_fetch('bench2', $BENCH_OUTBOX_FETCH) AS f)) AS acked;
+\\endif
 PGB
     cat >"$S/outbox_queue.pgbench" <<PGB
 -- pair "outbox_fetch" (B), bench/outbox.sh: the hand-written queue, the
@@ -170,11 +184,14 @@ outbox_setup_pair() { # pair; 0 ok, 1 skip, 2 failure
                 -c "INSERT INTO bench_accounts (id) SELECT g FROM generate_series(1, $BENCH_ACCOUNTS) g" \
                 -c "VACUUM ANALYZE bench_accounts" || return 2
             ;;
-        outbox_fetch)
+        outbox_fetch|outbox_fetch2)
+            [ -z "${OUTBOX_TPL_DONE:-}" ] || return 0
+            OUTBOX_TPL_DONE=1
             log "preparing database outbox_fetch_tpl ($BENCH_OUTBOX_MESSAGES messages)"
             make_template outbox_fetch_tpl -f "$S/outbox_schema.sql" \
-                -c "SELECT idem_outbox_subscribe('bench', 'accounts', from_start => true)" \
                 -c "CALL bench_outbox_load('accounts', $BENCH_OUTBOX_MESSAGES, 100, $BENCH_OUTBOX_AGGREGATES)" \
+                -c "SELECT idem_outbox_subscribe('bench', 'accounts', from_start => true)" \
+                -c "SELECT idem_outbox_subscribe('bench2', 'accounts', from_start => true)" \
                 -c "VACUUM ANALYZE" || return 2
             copy_template outbox_fetch outbox_fetch_tpl || return 2
             ;;
@@ -187,7 +204,7 @@ outbox_prepare_run() { # pair side
         outbox|outbox_sql)
             q outbox -c "TRUNCATE idem_records, bench_ledger, idem_outbox, bench_outbox" \
                 -c "VACUUM bench_accounts" >/dev/null;;
-        outbox_fetch)
+        outbox_fetch|outbox_fetch2)
             copy_template outbox_fetch outbox_fetch_tpl;;
     esac
 }
@@ -200,7 +217,15 @@ outbox_after_run() { # pair side
     local left
     OUTBOX_EXTRA=
     OUTBOX_CONSUMED=
-    [ "$1" = outbox_fetch ] || return 0
+    case $1 in outbox_fetch|outbox_fetch2) ;; *) return 0;; esac
+    if [ "$1/$2" = outbox_fetch2/A ]; then
+        local l1 l2
+        l1=$(q outbox_fetch -c "SELECT unacknowledged FROM idem_outbox_backlog WHERE consumer = 'bench'")
+        l2=$(q outbox_fetch -c "SELECT unacknowledged FROM idem_outbox_backlog WHERE consumer = 'bench2'")
+        OUTBOX_CONSUMED=$((2 * BENCH_OUTBOX_MESSAGES - l1 - l2))
+        OUTBOX_EXTRA="bench=$((BENCH_OUTBOX_MESSAGES - l1)) bench2=$((BENCH_OUTBOX_MESSAGES - l2))"
+        return 0
+    fi
     if [ "$2" = A ]; then
         left=$(q outbox_fetch -c "SELECT unacknowledged FROM idem_outbox_backlog WHERE consumer = 'bench'")
     else

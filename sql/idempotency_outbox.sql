@@ -6,17 +6,22 @@
 -- Written once, in SQL and PL/pgSQL, for both editions (the portable
 -- edition copies this file unchanged).  Every function is SECURITY
 -- INVOKER and qualifies every object, operator, function and type it
--- uses (no SET search_path: the hot paths stay inlinable and cheap), so a
--- hostile search_path changes nothing.  Consequence: the schema's name is
--- written into the bodies, so these functions do not follow an ALTER
--- SCHEMA ... RENAME of the extension's schema (the C functions do).
+-- uses, pg_catalog.record included (no SET search_path: the hot paths
+-- stay inlinable and cheap), so a hostile search_path changes nothing;
+-- and no function calls another of ours by name (an overload with one
+-- more defaulted argument in our schema would make the call ambiguous):
+-- what two functions share is written out in both.  Consequence: the
+-- schema's name is written into the bodies, so these functions do not
+-- follow an ALTER SCHEMA ... RENAME of the extension's schema (the C
+-- functions do).  Isolation between applications: row-level security on
+-- the tables, keyed on idem_outbox_grants (docs/security.md, Outbox).
 --
--- Advisory locks (two-key form, first key a class of this file):
---   1229213506 ('IDOB')  publish: (topic, aggregate), held until commit,
---                        so that the messages of one aggregate take their
---                        positions in commit order
---   1229213510 ('IDOF')  fetch: (consumer, topic, aggregate), tried, held
---                        by a fetch until its transaction ends
+-- Locks, all row locks on our own tables (advisory locks are public):
+-- idem_publish locks the aggregate's row of idem_outbox_aggregates until
+-- commit; a fetch locks each run it takes (idem_outbox_runs, FOR UPDATE
+-- SKIP LOCKED) until its transaction ends; an acknowledgement locks its
+-- runs (FOR UPDATE); a fetch parking a drained run locks the aggregate's
+-- row FOR SHARE SKIP LOCKED.
 
 -- Settings per topic.  A topic without a row relays through the table and
 -- keeps acknowledged messages 7 days.  Readable by everybody (idem_publish
@@ -31,7 +36,8 @@ CREATE TABLE @extschema@.idem_outbox_topics (
     CONSTRAINT idem_outbox_topics_relay_check CHECK
         (relay OPERATOR(pg_catalog.=) ANY ('{table,message,both}'::pg_catalog.text[])),
     CONSTRAINT idem_outbox_topics_retention_check CHECK
-        (retention OPERATOR(pg_catalog.>=) '0'::pg_catalog.interval)
+        (retention OPERATOR(pg_catalog.>=) '0'::pg_catalog.interval
+         AND retention OPERATOR(pg_catalog.<=) '100 years'::pg_catalog.interval)
 );
 
 COMMENT ON TABLE @extschema@.idem_outbox_topics IS
@@ -47,7 +53,7 @@ SELECT pg_catalog.pg_extension_config_dump('@extschema@.idem_outbox_topics', '')
 -- type, payload jsonb; docs/outbox.md gives the connector settings), read
 -- by the pull API below.  Rows are only ever inserted (by idem_publish)
 -- and deleted (by idem_outbox_purge), never updated: the state of each
--- consumer lives in idem_outbox_deliveries.
+-- consumer group lives in idem_outbox_runs.
 CREATE TABLE @extschema@.idem_outbox (
     id         pg_catalog.uuid NOT NULL,
     topic      pg_catalog.text COLLATE pg_catalog."C" NOT NULL,
@@ -65,18 +71,42 @@ CREATE TABLE @extschema@.idem_outbox (
     CONSTRAINT idem_outbox_pkey PRIMARY KEY (id)
 );
 
--- Consumers scan from their horizon (a transaction id) up; the purge
--- scans each topic from its oldest transaction.
-CREATE INDEX idem_outbox_topic_xact_idx
-    ON @extschema@.idem_outbox (topic, xact_id);
-
--- A fetch reads one aggregate's messages above its group's horizon, then
--- puts them in position order: the cost of a run is the aggregate's
--- backlog, not the topic's.  Messages without an aggregate are runs of
--- their own, found by the index above.
+-- A run's messages in order: one aggregate's from a position up.  (The
+-- purge walks the table by its primary key.)
 CREATE INDEX idem_outbox_topic_aggregate_idx
-    ON @extschema@.idem_outbox (topic, aggregate, xact_id)
+    ON @extschema@.idem_outbox (topic, aggregate, position)
     WHERE aggregate IS NOT NULL;
+
+-- One row per (topic, aggregate) ever published to: the aggregate's
+-- lock.  idem_publish writes it (INSERT ... ON CONFLICT DO UPDATE) before
+-- its message, and holds the row lock until its transaction ends.
+CREATE TABLE @extschema@.idem_outbox_aggregates (
+    topic      pg_catalog.text COLLATE pg_catalog."C" NOT NULL,
+    aggregate  pg_catalog.text COLLATE pg_catalog."C" NOT NULL,
+    published  pg_catalog.int8 NOT NULL DEFAULT 1,
+    CONSTRAINT idem_outbox_aggregates_pkey PRIMARY KEY (topic, aggregate)
+);
+
+COMMENT ON TABLE @extschema@.idem_outbox_aggregates IS
+    'The aggregates published to, one row each: the row idem_publish locks until commit so that one aggregate''s messages take their positions in commit order; published counts the publications';
+
+REVOKE ALL ON TABLE @extschema@.idem_outbox_aggregates FROM PUBLIC;
+
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.idem_outbox_aggregates', '');
+
+-- Where idem_outbox_purge goes on: the id it examined last (it walks the
+-- table by primary key, a bounded number of rows per call, and wraps).
+CREATE TABLE @extschema@.idem_outbox_purge_hand (
+    one        pg_catalog.bool NOT NULL DEFAULT true,
+    last_id    pg_catalog.uuid,
+    CONSTRAINT idem_outbox_purge_hand_pkey PRIMARY KEY (one),
+    CONSTRAINT idem_outbox_purge_hand_one_check CHECK (one)
+);
+
+COMMENT ON TABLE @extschema@.idem_outbox_purge_hand IS
+    'Internal (idem_outbox_purge): the id of the last message examined; the next call goes on from there';
+
+REVOKE ALL ON TABLE @extschema@.idem_outbox_purge_hand FROM PUBLIC;
 
 COMMENT ON TABLE @extschema@.idem_outbox IS
     'Messages published with idem_publish, one row per message id; exists if and only if the publishing transaction committed';
@@ -101,9 +131,9 @@ REVOKE ALL ON SEQUENCE @extschema@.idem_outbox_position_seq FROM PUBLIC;
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.idem_outbox', '');
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.idem_outbox_position_seq', '');
 
--- Consumer groups and the topics they read.  horizon: every message of the
--- topic published by a transaction whose id is below it is acknowledged
--- by the consumer (or predates the subscription); it only grows.
+-- Consumer groups and the topics they read.  horizon: the oldest
+-- transaction running at the subscription ('0' from the start); only
+-- shown (a group's progress is in idem_outbox_runs).
 CREATE TABLE @extschema@.idem_outbox_subscriptions (
     consumer   pg_catalog.text COLLATE pg_catalog."C" NOT NULL,
     topic      pg_catalog.text COLLATE pg_catalog."C" NOT NULL,
@@ -113,31 +143,51 @@ CREATE TABLE @extschema@.idem_outbox_subscriptions (
 );
 
 COMMENT ON TABLE @extschema@.idem_outbox_subscriptions IS
-    'Consumer groups of the pull API and their topics (idem_outbox_subscribe); horizon: messages of transactions below it are acknowledged';
+    'Consumer groups of the pull API and their topics (idem_outbox_subscribe); horizon: the oldest transaction running at the subscription, 0 from the start';
 
 REVOKE ALL ON TABLE @extschema@.idem_outbox_subscriptions FROM PUBLIC;
 
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.idem_outbox_subscriptions', '');
 
--- One row per message handed out to (or acknowledged by) a consumer group,
--- at or above its horizon; rows below it are deleted as the horizon moves.
-CREATE TABLE @extschema@.idem_outbox_deliveries (
+-- idem_publish finds the groups of its topic.
+CREATE INDEX idem_outbox_subscriptions_topic_idx
+    ON @extschema@.idem_outbox_subscriptions (topic);
+
+-- A consumer group's progress, one row per run: the messages of one
+-- (topic, aggregate), or one message without an aggregate (lone), that
+-- the group has not acknowledged.  Made by idem_publish for every group
+-- subscribed to the topic (or by idem_outbox_subscribe from the start);
+-- a group's progress in an aggregate is a position (acked), because the
+-- aggregate's messages are delivered in position order, so a lease and an
+-- acknowledgement are per run, not per message.  available_at: the run
+-- is free from then on; in the future while a lease holds it; 'infinity'
+-- when it has nothing to deliver (parked: idem_publish frees it again).
+-- A fetch takes free runs from the index on (consumer, available_at)
+-- with FOR UPDATE SKIP LOCKED: it never reads a leased run, a parked one
+-- or another group's.
+CREATE TABLE @extschema@.idem_outbox_runs (
     consumer     pg_catalog.text COLLATE pg_catalog."C" NOT NULL,
-    id           pg_catalog.uuid NOT NULL,
     topic        pg_catalog.text COLLATE pg_catalog."C" NOT NULL,
-    xact_id      pg_catalog.xid8 NOT NULL,
+    aggregate    pg_catalog.text COLLATE pg_catalog."C",
+    lone         pg_catalog.uuid,
+    acked        pg_catalog.int8 NOT NULL,
+    acked_ahead  pg_catalog.int8[],
+    available_at pg_catalog.timestamptz NOT NULL,
+    leased_upto  pg_catalog.int8,
+    handed_upto  pg_catalog.int8 NOT NULL DEFAULT -1,
     attempts     pg_catalog.int4 NOT NULL DEFAULT 0,
-    leased_until pg_catalog.timestamptz,
-    acked_at     pg_catalog.timestamptz,
-    CONSTRAINT idem_outbox_deliveries_pkey PRIMARY KEY (consumer, id)
+    CONSTRAINT idem_outbox_runs_key UNIQUE NULLS NOT DISTINCT (topic, aggregate, lone, consumer),
+    CONSTRAINT idem_outbox_runs_kind_check CHECK ((aggregate IS NULL) OPERATOR(pg_catalog.<>) (lone IS NULL))
 );
+CREATE INDEX idem_outbox_runs_ready
+    ON @extschema@.idem_outbox_runs (consumer, available_at, acked);
 
-COMMENT ON TABLE @extschema@.idem_outbox_deliveries IS
-    'Messages handed out by idem_outbox_fetch (leased_until, attempts) or acknowledged (acked_at), per consumer group';
+COMMENT ON TABLE @extschema@.idem_outbox_runs IS
+    'Per consumer group, its runs (an aggregate''s messages, or one message without an aggregate) with something unacknowledged: acknowledged up to position acked (and acked_ahead), leased until available_at, parked when that is infinity';
 
-REVOKE ALL ON TABLE @extschema@.idem_outbox_deliveries FROM PUBLIC;
+REVOKE ALL ON TABLE @extschema@.idem_outbox_runs FROM PUBLIC;
 
-SELECT pg_catalog.pg_extension_config_dump('@extschema@.idem_outbox_deliveries', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.idem_outbox_runs', '');
 
 --------------------------------------------------------------------------
 -- Message ids and the claims of the current transaction
@@ -208,7 +258,7 @@ COMMENT ON FUNCTION @extschema@.idem_xid8_near(pg_catalog.xid, pg_catalog.xid8) 
 CREATE FUNCTION @extschema@.idem_xact_claims(
     OUT scope pg_catalog.text,
     OUT key pg_catalog.text)
-RETURNS SETOF record
+RETURNS SETOF pg_catalog.record
 LANGUAGE plpgsql VOLATILE STRICT PARALLEL RESTRICTED
 ROWS 1
 AS $$
@@ -244,7 +294,11 @@ BEGIN
                       OR NOT r.status OPERATOR(pg_catalog.=) ANY ('{claimed,in_progress,completed}'::pg_catalog.text[])
                     THEN false
                     WHEN r.xmin OPERATOR(pg_catalog.=) pg_catalog.xid(top) THEN true
-                    ELSE COALESCE(pg_catalog.pg_xact_status(@extschema@.idem_xid8_near(r.xmin, top))
+                    ELSE COALESCE(pg_catalog.pg_xact_status(((top)::pg_catalog.text::pg_catalog.int8
+                                OPERATOR(pg_catalog.+) ((((r.xmin)::pg_catalog.text::pg_catalog.int8
+                                    OPERATOR(pg_catalog.-) ((top)::pg_catalog.text::pg_catalog.int8 OPERATOR(pg_catalog.%) 4294967296))
+                                   OPERATOR(pg_catalog.+) 6442450944) OPERATOR(pg_catalog.%) 4294967296)
+                                OPERATOR(pg_catalog.-) 2147483648)::pg_catalog.text::pg_catalog.xid8)
                                   OPERATOR(pg_catalog.=) 'in progress', false) END
          ORDER BY 1, 2;
     -- (idem_publish runs the same query inline.)
@@ -253,6 +307,234 @@ $$;
 
 COMMENT ON FUNCTION @extschema@.idem_xact_claims() IS
     'The (scope, key) records this transaction claimed with the default ttl (idem_claim, idem_claim_many, idem_begin); what idem_publish binds a message to';
+
+--------------------------------------------------------------------------
+-- Isolation between applications (docs/security.md, Outbox)
+--------------------------------------------------------------------------
+
+-- Who may publish to which topic, and read which topic as which consumer
+-- group: one row per grant, made by idem_outbox_grant (owner only).  A
+-- NULL topic is every topic; a NULL consumer is every group.  The tables
+-- of the outbox have row-level security keyed on these rows, so a role
+-- with table privileges but no grant here sees and writes nothing; the
+-- table owner (the extension's owner, the purge worker) is not subject
+-- to it.  Readable by everybody: the policies read it as the caller.
+CREATE TABLE @extschema@.idem_outbox_grants (
+    role       pg_catalog.regrole NOT NULL,
+    privilege  pg_catalog.text COLLATE pg_catalog."C" NOT NULL,
+    topic      pg_catalog.text COLLATE pg_catalog."C",
+    consumer   pg_catalog.text COLLATE pg_catalog."C",
+    CONSTRAINT idem_outbox_grants_privilege_check CHECK
+        (privilege OPERATOR(pg_catalog.=) ANY ('{publish,consume}'::pg_catalog.text[])),
+    CONSTRAINT idem_outbox_grants_consumer_check CHECK
+        (privilege OPERATOR(pg_catalog.=) 'consume' OR consumer IS NULL)
+);
+
+CREATE UNIQUE INDEX idem_outbox_grants_key
+    ON @extschema@.idem_outbox_grants (role, privilege, topic, consumer) NULLS NOT DISTINCT;
+
+COMMENT ON TABLE @extschema@.idem_outbox_grants IS
+    'Outbox rights (idem_outbox_grant): role may publish to topic, or read topic as consumer group consumer; NULL is every topic or every group';
+
+REVOKE ALL ON TABLE @extschema@.idem_outbox_grants FROM PUBLIC;
+GRANT SELECT ON TABLE @extschema@.idem_outbox_grants TO PUBLIC;
+
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.idem_outbox_grants', '');
+
+ALTER TABLE @extschema@.idem_outbox ENABLE ROW LEVEL SECURITY;
+ALTER TABLE @extschema@.idem_outbox_aggregates ENABLE ROW LEVEL SECURITY;
+ALTER TABLE @extschema@.idem_outbox_subscriptions ENABLE ROW LEVEL SECURITY;
+ALTER TABLE @extschema@.idem_outbox_runs ENABLE ROW LEVEL SECURITY;
+
+-- Publishers see the messages of their topics (a duplicate publication
+-- reads the first) and insert only messages of their topics whose id is
+-- the one idem_outbox_id gives (no message can take another's future id).
+CREATE POLICY idem_outbox_publisher_read ON @extschema@.idem_outbox
+    FOR SELECT
+    USING (EXISTS (SELECT FROM @extschema@.idem_outbox_grants g
+                    WHERE g.privilege OPERATOR(pg_catalog.=) 'publish'
+                      AND (g.topic IS NULL OR g.topic OPERATOR(pg_catalog.=) idem_outbox.topic)
+                      AND pg_catalog.pg_has_role(g.role::pg_catalog.oid, 'USAGE')));
+CREATE POLICY idem_outbox_publisher_insert ON @extschema@.idem_outbox
+    FOR INSERT
+    WITH CHECK (EXISTS (SELECT FROM @extschema@.idem_outbox_grants g
+                         WHERE g.privilege OPERATOR(pg_catalog.=) 'publish'
+                           AND (g.topic IS NULL OR g.topic OPERATOR(pg_catalog.=) idem_outbox.topic)
+                           AND pg_catalog.pg_has_role(g.role::pg_catalog.oid, 'USAGE'))
+                AND id OPERATOR(pg_catalog.=) @extschema@.idem_outbox_id(topic::pg_catalog.text, key::pg_catalog.text,
+                                                                         scope::pg_catalog.text, seq));
+-- Consumers read the messages of the topics they may read as some group.
+CREATE POLICY idem_outbox_consumer_read ON @extschema@.idem_outbox
+    FOR SELECT
+    USING (EXISTS (SELECT FROM @extschema@.idem_outbox_grants g
+                    WHERE g.privilege OPERATOR(pg_catalog.=) 'consume'
+                      AND (g.topic IS NULL OR g.topic OPERATOR(pg_catalog.=) idem_outbox.topic)
+                      AND pg_catalog.pg_has_role(g.role::pg_catalog.oid, 'USAGE')));
+-- The aggregates' lock rows: publishers of the topic write them;
+-- consumers of the topic may only lock them FOR SHARE (a fetch parks a
+-- drained run under that lock, so that no publication slips past it).
+CREATE POLICY idem_outbox_aggregates_publisher ON @extschema@.idem_outbox_aggregates
+    USING (EXISTS (SELECT FROM @extschema@.idem_outbox_grants g
+                    WHERE g.privilege OPERATOR(pg_catalog.=) 'publish'
+                      AND (g.topic IS NULL OR g.topic OPERATOR(pg_catalog.=) idem_outbox_aggregates.topic)
+                      AND pg_catalog.pg_has_role(g.role::pg_catalog.oid, 'USAGE')));
+CREATE POLICY idem_outbox_aggregates_consumer_read ON @extschema@.idem_outbox_aggregates
+    FOR SELECT
+    USING (EXISTS (SELECT FROM @extschema@.idem_outbox_grants g
+                    WHERE g.privilege OPERATOR(pg_catalog.=) 'consume'
+                      AND (g.topic IS NULL OR g.topic OPERATOR(pg_catalog.=) idem_outbox_aggregates.topic)
+                      AND pg_catalog.pg_has_role(g.role::pg_catalog.oid, 'USAGE')));
+CREATE POLICY idem_outbox_aggregates_consumer_lock ON @extschema@.idem_outbox_aggregates
+    FOR UPDATE
+    USING (EXISTS (SELECT FROM @extschema@.idem_outbox_grants g
+                    WHERE g.privilege OPERATOR(pg_catalog.=) 'consume'
+                      AND (g.topic IS NULL OR g.topic OPERATOR(pg_catalog.=) idem_outbox_aggregates.topic)
+                      AND pg_catalog.pg_has_role(g.role::pg_catalog.oid, 'USAGE')))
+    WITH CHECK (false);
+-- A group's subscriptions and runs: the roles that may read the topic as
+-- that group.  Publishers of the topic see its subscriptions and make or
+-- free the groups' runs of what they publish.
+CREATE POLICY idem_outbox_subscriptions_consumer ON @extschema@.idem_outbox_subscriptions
+    USING (EXISTS (SELECT FROM @extschema@.idem_outbox_grants g
+                    WHERE g.privilege OPERATOR(pg_catalog.=) 'consume'
+                      AND (g.topic IS NULL OR g.topic OPERATOR(pg_catalog.=) idem_outbox_subscriptions.topic)
+                      AND (g.consumer IS NULL OR g.consumer OPERATOR(pg_catalog.=) idem_outbox_subscriptions.consumer)
+                      AND pg_catalog.pg_has_role(g.role::pg_catalog.oid, 'USAGE')));
+CREATE POLICY idem_outbox_subscriptions_publisher ON @extschema@.idem_outbox_subscriptions
+    FOR SELECT
+    USING (EXISTS (SELECT FROM @extschema@.idem_outbox_grants g
+                    WHERE g.privilege OPERATOR(pg_catalog.=) 'publish'
+                      AND (g.topic IS NULL OR g.topic OPERATOR(pg_catalog.=) idem_outbox_subscriptions.topic)
+                      AND pg_catalog.pg_has_role(g.role::pg_catalog.oid, 'USAGE')));
+CREATE POLICY idem_outbox_runs_consumer ON @extschema@.idem_outbox_runs
+    USING (EXISTS (SELECT FROM @extschema@.idem_outbox_grants g
+                    WHERE g.privilege OPERATOR(pg_catalog.=) 'consume'
+                      AND (g.topic IS NULL OR g.topic OPERATOR(pg_catalog.=) idem_outbox_runs.topic)
+                      AND (g.consumer IS NULL OR g.consumer OPERATOR(pg_catalog.=) idem_outbox_runs.consumer)
+                      AND pg_catalog.pg_has_role(g.role::pg_catalog.oid, 'USAGE')));
+CREATE POLICY idem_outbox_runs_publisher_read ON @extschema@.idem_outbox_runs
+    FOR SELECT
+    USING (EXISTS (SELECT FROM @extschema@.idem_outbox_grants g
+                    WHERE g.privilege OPERATOR(pg_catalog.=) 'publish'
+                      AND (g.topic IS NULL OR g.topic OPERATOR(pg_catalog.=) idem_outbox_runs.topic)
+                      AND pg_catalog.pg_has_role(g.role::pg_catalog.oid, 'USAGE')));
+CREATE POLICY idem_outbox_runs_publisher_insert ON @extschema@.idem_outbox_runs
+    FOR INSERT
+    WITH CHECK (EXISTS (SELECT FROM @extschema@.idem_outbox_grants g
+                    WHERE g.privilege OPERATOR(pg_catalog.=) 'publish'
+                      AND (g.topic IS NULL OR g.topic OPERATOR(pg_catalog.=) idem_outbox_runs.topic)
+                      AND pg_catalog.pg_has_role(g.role::pg_catalog.oid, 'USAGE')));
+CREATE POLICY idem_outbox_runs_publisher_free ON @extschema@.idem_outbox_runs
+    FOR UPDATE
+    USING (EXISTS (SELECT FROM @extschema@.idem_outbox_grants g
+                    WHERE g.privilege OPERATOR(pg_catalog.=) 'publish'
+                      AND (g.topic IS NULL OR g.topic OPERATOR(pg_catalog.=) idem_outbox_runs.topic)
+                      AND pg_catalog.pg_has_role(g.role::pg_catalog.oid, 'USAGE')))
+    WITH CHECK (EXISTS (SELECT FROM @extschema@.idem_outbox_grants g
+                    WHERE g.privilege OPERATOR(pg_catalog.=) 'publish'
+                      AND (g.topic IS NULL OR g.topic OPERATOR(pg_catalog.=) idem_outbox_runs.topic)
+                      AND pg_catalog.pg_has_role(g.role::pg_catalog.oid, 'USAGE')));
+
+-- Grant role the right to publish to topic, or (consumer given) to read
+-- topic as consumer group consumer: the table privileges that needs, and
+-- the row of idem_outbox_grants that the row-level security checks.
+-- NULL topic: every topic; NULL consumer with privilege 'consume': every
+-- group.  Owner only, like idem_grant.
+CREATE FUNCTION @extschema@.idem_outbox_grant(
+    role pg_catalog.regrole,
+    privilege pg_catalog.text,
+    topic pg_catalog.text DEFAULT NULL,
+    consumer pg_catalog.text DEFAULT NULL)
+RETURNS pg_catalog.void
+LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    nsp pg_catalog.text := (SELECT n.nspname FROM pg_catalog.pg_extension e
+                            JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) e.extnamespace
+                            WHERE e.extname OPERATOR(pg_catalog.=) 'idempotency');
+BEGIN
+    IF idem_outbox_grant.role IS NULL THEN
+        RAISE EXCEPTION 'idem_outbox_grant: role must not be null' USING ERRCODE = '22004';
+    END IF;
+    IF idem_outbox_grant.privilege IS NULL
+       OR NOT idem_outbox_grant.privilege OPERATOR(pg_catalog.=) ANY ('{publish,consume}'::pg_catalog.text[]) THEN
+        RAISE EXCEPTION 'idem_outbox_grant: unknown privilege "%"', idem_outbox_grant.privilege
+            USING ERRCODE = '22023',
+                  DETAIL = 'The privilege is ''publish'' (idem_publish to the topic) or ''consume'' (subscribe, fetch and acknowledge as the consumer group).';
+    END IF;
+    IF idem_outbox_grant.privilege OPERATOR(pg_catalog.=) 'publish' AND idem_outbox_grant.consumer IS NOT NULL THEN
+        RAISE EXCEPTION 'idem_outbox_grant: a publish grant names no consumer group' USING ERRCODE = '22023';
+    END IF;
+    EXECUTE pg_catalog.format('GRANT USAGE ON SCHEMA %I TO %s', nsp, idem_outbox_grant.role);
+    IF idem_outbox_grant.privilege OPERATOR(pg_catalog.=) 'publish' THEN
+        EXECUTE pg_catalog.format('GRANT SELECT, INSERT ON TABLE %I.idem_outbox TO %s', nsp, idem_outbox_grant.role);
+        EXECUTE pg_catalog.format('GRANT USAGE ON SEQUENCE %I.idem_outbox_position_seq TO %s', nsp, idem_outbox_grant.role);
+        EXECUTE pg_catalog.format('GRANT SELECT, INSERT, UPDATE ON TABLE %I.idem_outbox_aggregates TO %s', nsp, idem_outbox_grant.role);
+        EXECUTE pg_catalog.format('GRANT SELECT ON TABLE %I.idem_outbox_subscriptions TO %s', nsp, idem_outbox_grant.role);
+        EXECUTE pg_catalog.format('GRANT SELECT, INSERT, UPDATE (available_at) ON TABLE %I.idem_outbox_runs TO %s', nsp, idem_outbox_grant.role);
+    ELSE
+        EXECUTE pg_catalog.format('GRANT SELECT ON TABLE %I.idem_outbox TO %s', nsp, idem_outbox_grant.role);
+        EXECUTE pg_catalog.format('GRANT SELECT, UPDATE (published) ON TABLE %I.idem_outbox_aggregates TO %s', nsp, idem_outbox_grant.role);
+        EXECUTE pg_catalog.format('GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE %I.idem_outbox_subscriptions TO %s', nsp, idem_outbox_grant.role);
+        EXECUTE pg_catalog.format('GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE %I.idem_outbox_runs TO %s', nsp, idem_outbox_grant.role);
+    END IF;
+    EXECUTE pg_catalog.format(
+        'INSERT INTO %I.idem_outbox_grants (role, privilege, topic, consumer) VALUES ($1, $2, $3, $4)'
+        ' ON CONFLICT (role, privilege, topic, consumer) DO NOTHING', nsp)
+        USING idem_outbox_grant.role, idem_outbox_grant.privilege, idem_outbox_grant.topic, idem_outbox_grant.consumer;
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.idem_outbox_grant(pg_catalog.regrole, pg_catalog.text, pg_catalog.text, pg_catalog.text) IS
+    'Let role publish to topic (''publish'') or read topic as consumer group consumer (''consume''); NULL topic or consumer: every one';
+
+REVOKE ALL ON FUNCTION @extschema@.idem_outbox_grant(pg_catalog.regrole, pg_catalog.text, pg_catalog.text, pg_catalog.text) FROM PUBLIC;
+
+-- Take back grants of idem_outbox_grant: the role's rows matching
+-- privilege, topic and consumer (NULL: any); the table privileges go with
+-- the role's last grant.  Returns how many grants were removed.
+CREATE FUNCTION @extschema@.idem_outbox_revoke(
+    role pg_catalog.regrole,
+    privilege pg_catalog.text DEFAULT NULL,
+    topic pg_catalog.text DEFAULT NULL,
+    consumer pg_catalog.text DEFAULT NULL)
+RETURNS pg_catalog.int4
+LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    nsp pg_catalog.text := (SELECT n.nspname FROM pg_catalog.pg_extension e
+                            JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) e.extnamespace
+                            WHERE e.extname OPERATOR(pg_catalog.=) 'idempotency');
+    n pg_catalog.int4;
+    left_ pg_catalog.bool;
+BEGIN
+    IF idem_outbox_revoke.role IS NULL THEN
+        RAISE EXCEPTION 'idem_outbox_revoke: role must not be null' USING ERRCODE = '22004';
+    END IF;
+    EXECUTE pg_catalog.format(
+        'DELETE FROM %I.idem_outbox_grants g WHERE g.role OPERATOR(pg_catalog.=) $1'
+        ' AND ($2 IS NULL OR g.privilege OPERATOR(pg_catalog.=) $2)'
+        ' AND ($3 IS NULL OR g.topic OPERATOR(pg_catalog.=) $3)'
+        ' AND ($4 IS NULL OR g.consumer OPERATOR(pg_catalog.=) $4)', nsp)
+        USING idem_outbox_revoke.role, idem_outbox_revoke.privilege, idem_outbox_revoke.topic, idem_outbox_revoke.consumer;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    EXECUTE pg_catalog.format('SELECT EXISTS (SELECT FROM %I.idem_outbox_grants g WHERE g.role OPERATOR(pg_catalog.=) $1)', nsp)
+        INTO left_ USING idem_outbox_revoke.role;
+    IF NOT left_ THEN
+        EXECUTE pg_catalog.format('REVOKE ALL ON TABLE %I.idem_outbox, %I.idem_outbox_aggregates, %I.idem_outbox_subscriptions, %I.idem_outbox_runs FROM %s',
+                                  nsp, nsp, nsp, nsp, idem_outbox_revoke.role);
+        EXECUTE pg_catalog.format('REVOKE ALL ON SEQUENCE %I.idem_outbox_position_seq FROM %s', nsp, idem_outbox_revoke.role);
+    END IF;
+    RETURN n;
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.idem_outbox_revoke(pg_catalog.regrole, pg_catalog.text, pg_catalog.text, pg_catalog.text) IS
+    'Take back idem_outbox_grant grants of role (NULL privilege, topic or consumer: any); the table privileges go with the last; returns how many were removed';
+
+REVOKE ALL ON FUNCTION @extschema@.idem_outbox_revoke(pg_catalog.regrole, pg_catalog.text, pg_catalog.text, pg_catalog.text) FROM PUBLIC;
 
 --------------------------------------------------------------------------
 -- Publishing
@@ -284,6 +566,8 @@ DECLARE
     msg_id pg_catalog.uuid;
     how pg_catalog.text;
     existing pg_catalog.xid8;
+    pos_ pg_catalog.int8;
+    subscribed pg_catalog.bool;
 BEGIN
     -- Arguments, in order; the detailed checks only when one fails (one
     -- expression on the usual path).
@@ -373,7 +657,11 @@ BEGIN
                           OR NOT r2.status OPERATOR(pg_catalog.=) ANY ('{claimed,in_progress,completed}'::pg_catalog.text[])
                         THEN false
                         WHEN r2.xmin OPERATOR(pg_catalog.=) pg_catalog.xid(top) THEN true
-                        ELSE COALESCE(pg_catalog.pg_xact_status(@extschema@.idem_xid8_near(r2.xmin, top))
+                        ELSE COALESCE(pg_catalog.pg_xact_status(((top)::pg_catalog.text::pg_catalog.int8
+                                OPERATOR(pg_catalog.+) ((((r2.xmin)::pg_catalog.text::pg_catalog.int8
+                                    OPERATOR(pg_catalog.-) ((top)::pg_catalog.text::pg_catalog.int8 OPERATOR(pg_catalog.%) 4294967296))
+                                   OPERATOR(pg_catalog.+) 6442450944) OPERATOR(pg_catalog.%) 4294967296)
+                                OPERATOR(pg_catalog.-) 2147483648)::pg_catalog.text::pg_catalog.xid8)
                                       OPERATOR(pg_catalog.=) 'in progress', false) END
               INTO mine
               FROM @extschema@.idem_records r2
@@ -414,7 +702,11 @@ BEGIN
                                   OR NOT r.status OPERATOR(pg_catalog.=) ANY ('{claimed,in_progress,completed}'::pg_catalog.text[])
                                 THEN false
                                 WHEN r.xmin OPERATOR(pg_catalog.=) pg_catalog.xid(top) THEN true
-                                ELSE COALESCE(pg_catalog.pg_xact_status(@extschema@.idem_xid8_near(r.xmin, top))
+                                ELSE COALESCE(pg_catalog.pg_xact_status(((top)::pg_catalog.text::pg_catalog.int8
+                                OPERATOR(pg_catalog.+) ((((r.xmin)::pg_catalog.text::pg_catalog.int8
+                                    OPERATOR(pg_catalog.-) ((top)::pg_catalog.text::pg_catalog.int8 OPERATOR(pg_catalog.%) 4294967296))
+                                   OPERATOR(pg_catalog.+) 6442450944) OPERATOR(pg_catalog.%) 4294967296)
+                                OPERATOR(pg_catalog.-) 2147483648)::pg_catalog.text::pg_catalog.xid8)
                                               OPERATOR(pg_catalog.=) 'in progress', false) END
                      LIMIT 2) x;
         END IF;
@@ -433,13 +725,39 @@ BEGIN
         c_scope := found_scope;
     END IF;
 
-    msg_id := @extschema@.idem_outbox_id(idem_publish.topic, c_key, c_scope, idem_publish.seq);
+    -- idem_outbox_id(topic, c_key, c_scope, seq), written out: a call of
+    -- one of our functions by name could be made ambiguous by an overload
+    -- with more (defaulted) arguments in our schema (docs/security.md).
+    msg_id := pg_catalog.overlay(pg_catalog.overlay(pg_catalog.encode(pg_catalog.substr(pg_catalog.sha256(
+                  pg_catalog.convert_to(
+                      'idempotency.outbox.v1'
+                      OPERATOR(pg_catalog.||) COALESCE(':claim:' OPERATOR(pg_catalog.||) pg_catalog.length(c_scope)
+                                                       OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) c_scope, ':key')
+                      OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) pg_catalog.length(c_key)
+                      OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) c_key
+                      OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) pg_catalog.length(idem_publish.topic)
+                      OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) idem_publish.topic
+                      OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) idem_publish.seq,
+                      'UTF8')), 1, 16), 'hex'),
+                  '8', 13, 1), '8', 17, 1)::pg_catalog.uuid;
 
-    -- One statement on the usual path: unless the topic relays by logical
-    -- messages only, take the aggregate's lock (held until this
+    -- The aggregate's lock: its row in idem_outbox_aggregates, taken (and
+    -- written) before the position is drawn and held until this
     -- transaction ends, so that the messages of one aggregate take their
-    -- positions in commit order: the position is drawn under it) and
-    -- insert; the topic's relay comes back with the row.
+    -- positions in commit order.  A row lock on our own table: only roles
+    -- that may publish to the topic can take it (docs/security.md).  A
+    -- topic relayed by logical messages only writes no row, and needs no
+    -- order in the table.  Then the message; the topic's relay comes back
+    -- with the row.
+    IF idem_publish.aggregate IS NOT NULL THEN
+        INSERT INTO @extschema@.idem_outbox_aggregates AS a (topic, aggregate)
+        SELECT idem_publish.topic, idem_publish.aggregate
+         WHERE NOT EXISTS (SELECT FROM @extschema@.idem_outbox_topics t
+                            WHERE t.topic OPERATOR(pg_catalog.=) (idem_publish.topic COLLATE pg_catalog."C")
+                              AND t.relay OPERATOR(pg_catalog.=) 'message')
+        ON CONFLICT ON CONSTRAINT idem_outbox_aggregates_pkey DO UPDATE
+           SET published = a.published OPERATOR(pg_catalog.+) 1;
+    END IF;
     INSERT INTO @extschema@.idem_outbox AS o
            (id, topic, aggregate, type, payload, headers, scope, key, seq, xact_id, created_at)
     SELECT msg_id, idem_publish.topic, idem_publish.aggregate, idem_publish.type,
@@ -448,15 +766,36 @@ BEGIN
      WHERE NOT EXISTS (SELECT FROM @extschema@.idem_outbox_topics t
                         WHERE t.topic OPERATOR(pg_catalog.=) (idem_publish.topic COLLATE pg_catalog."C")
                           AND t.relay OPERATOR(pg_catalog.=) 'message')
-       AND (idem_publish.aggregate IS NULL
-            OR EXISTS (SELECT FROM pg_catalog.pg_advisory_xact_lock(1229213506,
-                           pg_catalog.hashtext(idem_publish.topic OPERATOR(pg_catalog.||) pg_catalog.chr(10)
-                                               OPERATOR(pg_catalog.||) idem_publish.aggregate))))
     ON CONFLICT (id) DO NOTHING
-    RETURNING (SELECT t.relay FROM @extschema@.idem_outbox_topics t
-                WHERE t.topic OPERATOR(pg_catalog.=) o.topic)
-         INTO how;
+    RETURNING o.position,
+              (SELECT t.relay FROM @extschema@.idem_outbox_topics t
+                WHERE t.topic OPERATOR(pg_catalog.=) o.topic),
+              EXISTS (SELECT FROM @extschema@.idem_outbox_subscriptions s
+                       WHERE s.topic OPERATOR(pg_catalog.=) o.topic)
+         INTO pos_, how, subscribed;
     IF FOUND THEN
+        IF subscribed THEN
+            -- The pull API: every group of the topic gets a run of this
+            -- message's aggregate (from this message: whatever came before
+            -- is acknowledged or predates the group), or of the message
+            -- alone; a parked run (drained) is freed.  Under the aggregate's
+            -- lock, so no fetch parks the run past this message.
+            INSERT INTO @extschema@.idem_outbox_runs AS r (consumer, topic, aggregate, lone, acked, available_at)
+            SELECT s.consumer, idem_publish.topic, idem_publish.aggregate,
+                   CASE WHEN idem_publish.aggregate IS NULL THEN msg_id END,
+                   pos_ OPERATOR(pg_catalog.-) 1, pg_catalog.now()
+              FROM @extschema@.idem_outbox_subscriptions s
+             WHERE s.topic OPERATOR(pg_catalog.=) (idem_publish.topic COLLATE pg_catalog."C")
+            ON CONFLICT ON CONSTRAINT idem_outbox_runs_key DO NOTHING;
+            IF idem_publish.aggregate IS NOT NULL THEN
+                UPDATE @extschema@.idem_outbox_runs r
+                   SET available_at = pg_catalog.now()
+                 WHERE r.topic OPERATOR(pg_catalog.=) (idem_publish.topic COLLATE pg_catalog."C")
+                   AND r.aggregate OPERATOR(pg_catalog.=) (idem_publish.aggregate COLLATE pg_catalog."C")
+                   AND r.lone IS NULL
+                   AND r.available_at OPERATOR(pg_catalog.=) 'infinity'::pg_catalog.timestamptz;
+            END IF;
+        END IF;
         IF how IS NULL OR how OPERATOR(pg_catalog.=) 'table' THEN
             RETURN msg_id;
         END IF;
@@ -528,6 +867,11 @@ BEGIN
         RAISE EXCEPTION 'idem_outbox_topic: retention must not be negative'
             USING ERRCODE = '22023', DETAIL = pg_catalog.format('The retention given was %s.', idem_outbox_topic.retention);
     END IF;
+    IF idem_outbox_topic.retention OPERATOR(pg_catalog.>) '100 years'::pg_catalog.interval THEN
+        RAISE EXCEPTION 'idem_outbox_topic: retention must be at most 100 years'
+            USING ERRCODE = '22023', DETAIL = pg_catalog.format('The retention given was %s.', idem_outbox_topic.retention),
+                  HINT = 'A retention is finite: acknowledged messages are deleted once it has passed.';
+    END IF;
     IF pg_catalog.current_setting('transaction_read_only') OPERATOR(pg_catalog.=) 'on' THEN
         RAISE EXCEPTION 'cannot execute idem_outbox_topic() in a read-only transaction' USING ERRCODE = '25006';
     END IF;
@@ -591,36 +935,36 @@ BEGIN
         RAISE EXCEPTION 'cannot execute idem_outbox_subscribe() in a read-only transaction' USING ERRCODE = '25006';
     END IF;
 
-    -- From the start: every message still in the table.  Otherwise the
-    -- messages committed from now on: transactions below the snapshot's
-    -- xmin have ended, and the messages at or above it that this statement
-    -- already sees count as acknowledged.  What this statement sees is a
-    -- prefix of every aggregate (their positions are in commit order), so
-    -- the consumer gets a suffix of each.
+    -- From the start: a run for every aggregate (and every message
+    -- without one) still in the table, from its first message.
+    -- Otherwise none: idem_publish makes the group's runs from then on,
+    -- each from the message that makes it.  The horizon is informational
+    -- (the oldest transaction running at subscription).
     INSERT INTO @extschema@.idem_outbox_subscriptions AS s (consumer, topic, horizon, created_at)
     VALUES (idem_outbox_subscribe.consumer, idem_outbox_subscribe.topic,
             CASE WHEN idem_outbox_subscribe.from_start THEN '0'::pg_catalog.xid8
                  ELSE pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot()) END,
             pg_catalog.now())
-    ON CONFLICT ON CONSTRAINT idem_outbox_subscriptions_pkey DO NOTHING
-    RETURNING s.horizon INTO h;
+    ON CONFLICT ON CONSTRAINT idem_outbox_subscriptions_pkey DO NOTHING;
     IF NOT FOUND THEN
         RETURN false;
     END IF;
-    IF NOT idem_outbox_subscribe.from_start THEN
-        INSERT INTO @extschema@.idem_outbox_deliveries (consumer, id, topic, xact_id, attempts, acked_at)
-        SELECT idem_outbox_subscribe.consumer, o.id, o.topic, o.xact_id, 0, pg_catalog.now()
+    IF idem_outbox_subscribe.from_start THEN
+        INSERT INTO @extschema@.idem_outbox_runs (consumer, topic, aggregate, lone, acked, available_at)
+        SELECT idem_outbox_subscribe.consumer, o.topic, o.aggregate,
+               CASE WHEN o.aggregate IS NULL THEN o.id END,
+               pg_catalog.min(o.position) OPERATOR(pg_catalog.-) 1, pg_catalog.min(o.created_at)
           FROM @extschema@.idem_outbox o
          WHERE o.topic OPERATOR(pg_catalog.=) (idem_outbox_subscribe.topic COLLATE pg_catalog."C")
-           AND o.xact_id OPERATOR(pg_catalog.>=) h
-        ON CONFLICT ON CONSTRAINT idem_outbox_deliveries_pkey DO NOTHING;
+         GROUP BY o.topic, o.aggregate, CASE WHEN o.aggregate IS NULL THEN o.id END
+        ON CONFLICT ON CONSTRAINT idem_outbox_runs_key DO NOTHING;
     END IF;
     RETURN true;
 END
 $$;
 
 COMMENT ON FUNCTION @extschema@.idem_outbox_subscribe(pg_catalog.text, pg_catalog.text, pg_catalog.bool) IS
-    'Subscribe consumer group consumer to topic: the messages committed from now on, or every message still kept (from_start); false when it was subscribed already';
+    'Subscribe consumer group consumer to topic: the messages published from now on, or every message still kept (from_start); false when it was subscribed already';
 
 CREATE FUNCTION @extschema@.idem_outbox_unsubscribe(
     consumer pg_catalog.text,
@@ -644,62 +988,15 @@ BEGIN
     IF NOT FOUND THEN
         RETURN false;
     END IF;
-    DELETE FROM @extschema@.idem_outbox_deliveries d
-     WHERE d.consumer OPERATOR(pg_catalog.=) (idem_outbox_unsubscribe.consumer COLLATE pg_catalog."C")
-       AND d.topic OPERATOR(pg_catalog.=) (idem_outbox_unsubscribe.topic COLLATE pg_catalog."C");
+    DELETE FROM @extschema@.idem_outbox_runs r
+     WHERE r.consumer OPERATOR(pg_catalog.=) (idem_outbox_unsubscribe.consumer COLLATE pg_catalog."C")
+       AND r.topic OPERATOR(pg_catalog.=) (idem_outbox_unsubscribe.topic COLLATE pg_catalog."C");
     RETURN true;
 END
 $$;
 
 COMMENT ON FUNCTION @extschema@.idem_outbox_unsubscribe(pg_catalog.text, pg_catalog.text) IS
-    'End the subscription of consumer group consumer to topic and forget its deliveries (its messages no longer hold back the purge); false when there was none';
-
--- Move the horizons of consumer's subscriptions (every consumer's when
--- NULL) up to the oldest message it has not acknowledged, bounded by the
--- oldest running transaction (whose messages may still come), and forget
--- the deliveries below.  A subscription another session is moving is
--- skipped.  Used by idem_outbox_fetch and idem_outbox_purge.  Deliveries
--- are probed by primary key one message at a time (see idem_outbox_fetch).
-CREATE FUNCTION @extschema@.idem_outbox_advance(consumer pg_catalog.text)
-RETURNS pg_catalog.void
-LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE
-AS $$
-DECLARE
-    s pg_catalog.record;
-    h pg_catalog.xid8;
-BEGIN
-    FOR s IN
-        SELECT s2.consumer, s2.topic, s2.horizon
-          FROM @extschema@.idem_outbox_subscriptions s2
-         WHERE idem_outbox_advance.consumer IS NULL
-            OR s2.consumer OPERATOR(pg_catalog.=) (idem_outbox_advance.consumer COLLATE pg_catalog."C")
-         ORDER BY s2.consumer, s2.topic
-           FOR UPDATE SKIP LOCKED
-    LOOP
-        SELECT LEAST(pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot()),
-                     (SELECT o.xact_id FROM @extschema@.idem_outbox o
-                       WHERE o.topic OPERATOR(pg_catalog.=) s.topic
-                         AND o.xact_id OPERATOR(pg_catalog.>=) s.horizon
-                         AND (SELECT d.acked_at FROM @extschema@.idem_outbox_deliveries d
-                               WHERE d.consumer OPERATOR(pg_catalog.=) s.consumer
-                                 AND d.id OPERATOR(pg_catalog.=) o.id) IS NULL
-                       ORDER BY o.xact_id LIMIT 1))
-          INTO h;
-        IF h OPERATOR(pg_catalog.>) s.horizon THEN
-            UPDATE @extschema@.idem_outbox_subscriptions s3 SET horizon = h
-             WHERE s3.consumer OPERATOR(pg_catalog.=) s.consumer
-               AND s3.topic OPERATOR(pg_catalog.=) s.topic;
-            DELETE FROM @extschema@.idem_outbox_deliveries d
-             WHERE d.consumer OPERATOR(pg_catalog.=) s.consumer
-               AND d.topic OPERATOR(pg_catalog.=) s.topic
-               AND d.xact_id OPERATOR(pg_catalog.<) h;
-        END IF;
-    END LOOP;
-END
-$$;
-
-COMMENT ON FUNCTION @extschema@.idem_outbox_advance(pg_catalog.text) IS
-    'Internal (idem_outbox_fetch, idem_outbox_purge): move the horizons of consumer''s subscriptions (all when NULL) past what it acknowledged';
+    'End the subscription of consumer group consumer to topic and forget its progress (its messages no longer hold back the purge); false when there was none';
 
 CREATE FUNCTION @extschema@.idem_outbox_fetch(
     consumer pg_catalog.text,
@@ -720,17 +1017,15 @@ AS $$
 DECLARE
     now_ pg_catalog.timestamptz;
     until_ pg_catalog.timestamptz;
-    taken pg_catalog.uuid[] := '{}';
+    taken pg_catalog.int4 := 0;
+    ids pg_catalog.uuid[] := '{}';
+    tids pg_catalog.tid[] := '{}';
+    gtids pg_catalog.tid[];
+    atts pg_catalog.int4[] := '{}';
+    run pg_catalog.record;
     got pg_catalog.uuid[];
-    ids pg_catalog.uuid[];
-    sub pg_catalog.record;
-    cand pg_catalog.record;
-    seen pg_catalog.text[];
-    run_key pg_catalog.text;
-    last_x pg_catalog.xid8;
-    last_pos pg_catalog.int8;
+    pos pg_catalog.int8[];
     n pg_catalog.int4;
-    chunk pg_catalog.int4;
 BEGIN
     IF idem_outbox_fetch.consumer IS NULL THEN
         RAISE EXCEPTION 'idem_outbox_fetch: consumer must not be null' USING ERRCODE = '22004';
@@ -748,6 +1043,11 @@ BEGIN
     IF idem_outbox_fetch.lease OPERATOR(pg_catalog.<=) '0'::pg_catalog.interval THEN
         RAISE EXCEPTION 'idem_outbox_fetch: lease must be positive'
             USING ERRCODE = '22023', DETAIL = pg_catalog.format('The lease given was %s.', idem_outbox_fetch.lease);
+    END IF;
+    IF idem_outbox_fetch.lease OPERATOR(pg_catalog.>) '1 day'::pg_catalog.interval THEN
+        RAISE EXCEPTION 'idem_outbox_fetch: lease must be at most 1 day'
+            USING ERRCODE = '22023', DETAIL = pg_catalog.format('The lease given was %s.', idem_outbox_fetch.lease),
+                  HINT = 'A lease is finite so that the messages of a consumer that crashed come back; acknowledge in time, or fetch fewer messages at a time.';
     END IF;
     IF pg_catalog.current_setting('transaction_read_only') OPERATOR(pg_catalog.=) 'on' THEN
         RAISE EXCEPTION 'cannot execute idem_outbox_fetch() in a read-only transaction' USING ERRCODE = '25006';
@@ -767,134 +1067,100 @@ BEGIN
     now_ := pg_catalog.clock_timestamp();
     until_ := now_ OPERATOR(pg_catalog.+) idem_outbox_fetch.lease;
 
-    PERFORM @extschema@.idem_outbox_advance(idem_outbox_fetch.consumer);
-
-    -- The runs: per (topic, aggregate), the consumer's unacknowledged
-    -- messages in position order (commit order); a message without an
-    -- aggregate is a run of its own.  Every unacknowledged message is at or
-    -- above the horizon.  The runs are found from the horizon up, in
-    -- transaction order (the index on (topic, xact_id)), chunk by chunk,
-    -- among the messages neither acknowledged nor leased to someone else,
-    -- until max messages are taken: the cost follows what is handed out
-    -- (and what is leased or acknowledged above the horizon), not the
-    -- backlog.  Topics in the order of their horizons (the oldest
-    -- unacknowledged first).  A message's delivery is looked up by the
-    -- primary key, one message at a time (scalar subqueries, LATERAL ...
-    -- LIMIT 1), never as a join: planned on the statistics of new tables,
-    -- such a join read all of a group's deliveries for every message.
-    chunk := GREATEST(idem_outbox_fetch.max OPERATOR(pg_catalog.*) 2, 200);
-    <<topics>>
-    FOR sub IN
-        SELECT s.topic, s.horizon
-          FROM @extschema@.idem_outbox_subscriptions s
-         WHERE s.consumer OPERATOR(pg_catalog.=) (idem_outbox_fetch.consumer COLLATE pg_catalog."C")
-         ORDER BY s.horizon, s.topic
+    -- Free runs of the group, the longest free first (the index on
+    -- (consumer, available_at, acked)), each locked FOR UPDATE SKIP LOCKED:
+    -- the one lock that keeps concurrent fetches of a group off each
+    -- other's runs.  Leased and parked runs are never read (their
+    -- available_at is in the future), nor another group's.  From each, its
+    -- next messages in position order, up to what is left of max; then the
+    -- run is leased as a whole until until_.  A run with nothing to deliver
+    -- is parked (or, if a publisher holds its aggregate, put back at the end
+    -- of the line: clock_timestamp() is after now_, so this fetch does not
+    -- see it again).  Work and locks: one run per iteration, and every
+    -- iteration but the drained ones hands messages out.
     LOOP
-        seen := '{}';
-        last_x := sub.horizon;
-        last_pos := -1;
-        LOOP
-            n := 0;
-            FOR cand IN
-                SELECT o.id, o.aggregate, o.xact_id, o.position
-                  FROM @extschema@.idem_outbox o
-                 WHERE o.topic OPERATOR(pg_catalog.=) (sub.topic COLLATE pg_catalog."C")
-                   AND o.xact_id OPERATOR(pg_catalog.>=) last_x
-                   AND (o.xact_id OPERATOR(pg_catalog.>) last_x OR o.position OPERATOR(pg_catalog.>) last_pos)
-                   AND NOT COALESCE((
-                       SELECT d.acked_at IS NOT NULL OR d.leased_until OPERATOR(pg_catalog.>) now_
-                         FROM @extschema@.idem_outbox_deliveries d
-                        WHERE d.consumer OPERATOR(pg_catalog.=) (idem_outbox_fetch.consumer COLLATE pg_catalog."C")
-                          AND d.id OPERATOR(pg_catalog.=) o.id), false)
-                 ORDER BY o.xact_id, o.position
-                 LIMIT chunk
-            LOOP
-                n := n OPERATOR(pg_catalog.+) 1;
-                last_x := cand.xact_id;
-                last_pos := cand.position;
-                run_key := CASE WHEN cand.aggregate IS NULL THEN 'i' OPERATOR(pg_catalog.||) cand.id::pg_catalog.text
-                                ELSE 'a' OPERATOR(pg_catalog.||) cand.aggregate END;
-                CONTINUE WHEN run_key OPERATOR(pg_catalog.=) ANY (seen);
-                seen := seen OPERATOR(pg_catalog.||) run_key;
-                -- One fetch at a time per run (others skip it), then the run
-                -- as it is now (a new snapshot: what other fetches and
-                -- acknowledgements committed meanwhile): acknowledged
-                -- messages drop out, and it is taken up to the first message
-                -- leased to someone else.
-                CONTINUE WHEN NOT pg_catalog.pg_try_advisory_xact_lock(1229213510,
-                    pg_catalog.hashtext(idem_outbox_fetch.consumer OPERATOR(pg_catalog.||) pg_catalog.chr(10)
-                                        OPERATOR(pg_catalog.||) sub.topic OPERATOR(pg_catalog.||) pg_catalog.chr(10)
-                                        OPERATOR(pg_catalog.||) COALESCE(cand.aggregate, cand.id::pg_catalog.text)));
-                IF cand.aggregate IS NULL THEN
-                    ids := ARRAY[cand.id];
-                ELSE
-                    -- The aggregate's messages above the horizon (the index
-                    -- on (topic, aggregate, xact_id)), sorted by position
-                    -- (OFFSET 0 keeps the sort below the filter), then the
-                    -- acknowledged ones skipped one probe at a time (a
-                    -- scalar subquery, not a join: it stays lazy, in that
-                    -- order) until enough are found.
-                    SELECT pg_catalog.array_agg(r.id ORDER BY r.position) INTO ids
-                      FROM (SELECT o.id, o.position
-                              FROM (SELECT o2.id, o2.position
-                                      FROM @extschema@.idem_outbox o2
-                                     WHERE o2.topic OPERATOR(pg_catalog.=) (sub.topic COLLATE pg_catalog."C")
-                                       AND o2.aggregate OPERATOR(pg_catalog.=) (cand.aggregate COLLATE pg_catalog."C")
-                                       AND o2.xact_id OPERATOR(pg_catalog.>=) sub.horizon
-                                     ORDER BY o2.position
-                                    OFFSET 0) o
-                             WHERE (SELECT d.acked_at
-                                      FROM @extschema@.idem_outbox_deliveries d
-                                     WHERE d.consumer OPERATOR(pg_catalog.=) (idem_outbox_fetch.consumer COLLATE pg_catalog."C")
-                                       AND d.id OPERATOR(pg_catalog.=) o.id) IS NULL
-                             LIMIT idem_outbox_fetch.max OPERATOR(pg_catalog.-) pg_catalog.cardinality(taken)) r;
-                END IF;
-                WITH cur AS (
-                    SELECT u.id, u.n, o.topic, o.xact_id,
-                           pg_catalog.bool_and(d.leased_until IS NULL OR d.leased_until OPERATOR(pg_catalog.<=) now_)
-                               OVER (ORDER BY u.n) AS free
-                      FROM pg_catalog.unnest(ids) WITH ORDINALITY AS u(id, n)
-                      JOIN @extschema@.idem_outbox o ON o.id OPERATOR(pg_catalog.=) u.id
-                      LEFT JOIN LATERAL (
-                           SELECT d2.leased_until, d2.acked_at
-                             FROM @extschema@.idem_outbox_deliveries d2
-                            WHERE d2.consumer OPERATOR(pg_catalog.=) (idem_outbox_fetch.consumer COLLATE pg_catalog."C")
-                              AND d2.id OPERATOR(pg_catalog.=) u.id
-                            LIMIT 1) d ON true
-                     WHERE d.acked_at IS NULL
-                ), ins AS (
-                    INSERT INTO @extschema@.idem_outbox_deliveries AS d
-                           (consumer, id, topic, xact_id, attempts, leased_until)
-                    SELECT idem_outbox_fetch.consumer, cur.id, cur.topic, cur.xact_id, 1, until_
-                      FROM cur
-                     WHERE cur.free
-                     ORDER BY cur.n
-                     LIMIT idem_outbox_fetch.max OPERATOR(pg_catalog.-) pg_catalog.cardinality(taken)
-                    ON CONFLICT ON CONSTRAINT idem_outbox_deliveries_pkey DO UPDATE
-                       SET attempts = d.attempts OPERATOR(pg_catalog.+) 1,
-                           leased_until = excluded.leased_until
-                     WHERE d.acked_at IS NULL
-                       AND (d.leased_until IS NULL OR d.leased_until OPERATOR(pg_catalog.<=) now_)
-                    RETURNING d.id
-                )
-                SELECT pg_catalog.array_agg(ins.id) INTO got FROM ins;
-                IF got IS NOT NULL THEN
-                    taken := taken OPERATOR(pg_catalog.||) got;
-                END IF;
-                EXIT topics WHEN pg_catalog.cardinality(taken) OPERATOR(pg_catalog.>=) idem_outbox_fetch.max;
-            END LOOP;
-            EXIT WHEN n OPERATOR(pg_catalog.<) chunk;
-        END LOOP;
+        SELECT r.ctid AS tid, r.topic, r.aggregate, r.lone, r.acked, r.acked_ahead, r.handed_upto, r.attempts
+          INTO run
+          FROM @extschema@.idem_outbox_runs r
+         WHERE r.consumer OPERATOR(pg_catalog.=) (idem_outbox_fetch.consumer COLLATE pg_catalog."C")
+           AND r.available_at OPERATOR(pg_catalog.<=) now_
+         ORDER BY r.available_at, r.acked
+         LIMIT 1
+           FOR UPDATE SKIP LOCKED;
+        EXIT WHEN NOT FOUND;
+        IF run.lone IS NOT NULL THEN
+            SELECT pg_catalog.array_agg(o.id), pg_catalog.array_agg(o.position), pg_catalog.array_agg(o.ctid)
+              INTO got, pos, gtids
+              FROM @extschema@.idem_outbox o
+             WHERE o.id OPERATOR(pg_catalog.=) run.lone;
+        ELSE
+            SELECT pg_catalog.array_agg(x.id ORDER BY x.position), pg_catalog.array_agg(x.position ORDER BY x.position),
+                   pg_catalog.array_agg(x.ctid ORDER BY x.position)
+              INTO got, pos, gtids
+              FROM (SELECT o.id, o.position, o.ctid
+                      FROM @extschema@.idem_outbox o
+                     WHERE o.topic OPERATOR(pg_catalog.=) run.topic
+                       AND o.aggregate OPERATOR(pg_catalog.=) run.aggregate
+                       AND o.position OPERATOR(pg_catalog.>) run.acked
+                       AND NOT COALESCE(o.position OPERATOR(pg_catalog.=) ANY (run.acked_ahead), false)
+                     ORDER BY o.position
+                     LIMIT idem_outbox_fetch.max OPERATOR(pg_catalog.-) taken) x;
+        END IF;
+        IF got IS NULL THEN
+            IF run.lone IS NOT NULL THEN
+                -- its message is gone (unsubscribed and purged meanwhile)
+                DELETE FROM @extschema@.idem_outbox_runs r
+                 WHERE r.ctid OPERATOR(pg_catalog.=) run.tid;
+            ELSIF EXISTS (SELECT FROM @extschema@.idem_outbox_aggregates a
+                           WHERE a.topic OPERATOR(pg_catalog.=) run.topic
+                             AND a.aggregate OPERATOR(pg_catalog.=) run.aggregate
+                             FOR SHARE SKIP LOCKED)
+                  AND NOT EXISTS (SELECT FROM @extschema@.idem_outbox o
+                                   WHERE o.topic OPERATOR(pg_catalog.=) run.topic
+                                     AND o.aggregate OPERATOR(pg_catalog.=) run.aggregate
+                                     AND o.position OPERATOR(pg_catalog.>) run.acked
+                                     AND NOT COALESCE(o.position OPERATOR(pg_catalog.=) ANY (run.acked_ahead), false)) THEN
+                -- Drained, and no publisher of the aggregate is at work
+                -- (under its lock, a new snapshot): park it; the next
+                -- idem_publish for the aggregate frees it.
+                UPDATE @extschema@.idem_outbox_runs r
+                   SET available_at = 'infinity', acked_ahead = NULL, leased_upto = NULL
+                 WHERE r.ctid OPERATOR(pg_catalog.=) run.tid;
+            ELSE
+                UPDATE @extschema@.idem_outbox_runs r
+                   SET available_at = pg_catalog.clock_timestamp()
+                 WHERE r.ctid OPERATOR(pg_catalog.=) run.tid;
+            END IF;
+            CONTINUE;
+        END IF;
+        n := pg_catalog.cardinality(got);
+        -- attempts: one more than the run's for what an earlier lease
+        -- handed out already, 1 for the rest
+        atts := atts OPERATOR(pg_catalog.||) ARRAY(
+            SELECT CASE WHEN p.p OPERATOR(pg_catalog.<=) run.handed_upto
+                        THEN run.attempts OPERATOR(pg_catalog.+) 1 ELSE 1 END
+              FROM pg_catalog.unnest(pos) WITH ORDINALITY AS p(p, k) ORDER BY p.k);
+        ids := ids OPERATOR(pg_catalog.||) got;
+        tids := tids OPERATOR(pg_catalog.||) gtids;
+        UPDATE @extschema@.idem_outbox_runs r
+           SET available_at = until_,
+               leased_upto = pos[n],
+               attempts = CASE WHEN pos[1] OPERATOR(pg_catalog.<=) r.handed_upto
+                               THEN r.attempts OPERATOR(pg_catalog.+) 1 ELSE 1 END,
+               handed_upto = GREATEST(r.handed_upto, pos[n])
+         WHERE r.ctid OPERATOR(pg_catalog.=) run.tid;
+        taken := taken OPERATOR(pg_catalog.+) n;
+        EXIT WHEN taken OPERATOR(pg_catalog.>=) idem_outbox_fetch.max;
     END LOOP;
 
+    -- The messages handed out, read again by their tuple ids (a message is
+    -- never updated, and one not acknowledged is never deleted).
     RETURN QUERY
         SELECT o.id, o.topic::pg_catalog.text, o.aggregate::pg_catalog.text, o.type, o.payload,
-               o.headers, o.created_at, d.attempts
-          FROM @extschema@.idem_outbox o
-          JOIN @extschema@.idem_outbox_deliveries d
-            ON d.consumer OPERATOR(pg_catalog.=) (idem_outbox_fetch.consumer COLLATE pg_catalog."C")
-           AND d.id OPERATOR(pg_catalog.=) o.id
-         WHERE o.id OPERATOR(pg_catalog.=) ANY (taken)
+               o.headers, o.created_at, u.att
+          FROM ROWS FROM (pg_catalog.unnest(tids), pg_catalog.unnest(ids), pg_catalog.unnest(atts)) AS u(tid, id, att)
+          JOIN @extschema@.idem_outbox o
+            ON o.ctid OPERATOR(pg_catalog.=) u.tid AND o.id OPERATOR(pg_catalog.=) u.id
          ORDER BY o.position;
 END
 $$;
@@ -910,7 +1176,13 @@ LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE
 AS $$
 DECLARE
     m pg_catalog.record;
-    h pg_catalog.xid8;
+    r pg_catalog.record;
+    mine pg_catalog.int8[];
+    ahead pg_catalog.int8[];
+    seq pg_catalog.int8[];
+    new_acked pg_catalog.int8;
+    k pg_catalog.int4;
+    done pg_catalog.int4 := 0;
 BEGIN
     IF idem_outbox_ack.consumer IS NULL THEN
         RAISE EXCEPTION 'idem_outbox_ack: consumer must not be null' USING ERRCODE = '22004';
@@ -921,57 +1193,238 @@ BEGIN
     IF pg_catalog.current_setting('transaction_read_only') OPERATOR(pg_catalog.=) 'on' THEN
         RAISE EXCEPTION 'cannot execute idem_outbox_ack() in a read-only transaction' USING ERRCODE = '25006';
     END IF;
-    SELECT o.topic, o.xact_id INTO m FROM @extschema@.idem_outbox o
-     WHERE o.id OPERATOR(pg_catalog.=) idem_outbox_ack.id;
-    IF NOT FOUND THEN
-        RETURN false;    -- no such message (any more): purged after its acknowledgement
-    END IF;
-    SELECT s.horizon INTO h FROM @extschema@.idem_outbox_subscriptions s
-     WHERE s.consumer OPERATOR(pg_catalog.=) (idem_outbox_ack.consumer COLLATE pg_catalog."C")
-       AND s.topic OPERATOR(pg_catalog.=) m.topic;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'idem_outbox_ack: consumer "%" is not subscribed to topic "%"', idem_outbox_ack.consumer, m.topic
-            USING ERRCODE = '42704',
-                  DETAIL = pg_catalog.format('Message %s is of topic "%s".', idem_outbox_ack.id, m.topic),
-                  HINT = 'Acknowledge with the consumer name given to idem_outbox_fetch.';
-    END IF;
-    IF m.xact_id OPERATOR(pg_catalog.<) h THEN
-        RETURN false;    -- below the horizon: acknowledged already
-    END IF;
-    INSERT INTO @extschema@.idem_outbox_deliveries AS d
-           (consumer, id, topic, xact_id, attempts, leased_until, acked_at)
-    VALUES (idem_outbox_ack.consumer, idem_outbox_ack.id, m.topic, m.xact_id, 0, NULL,
-            pg_catalog.clock_timestamp())
-    ON CONFLICT ON CONSTRAINT idem_outbox_deliveries_pkey DO UPDATE
-       SET acked_at = excluded.acked_at, leased_until = NULL
-     WHERE d.acked_at IS NULL;
-    RETURN FOUND;
+    -- Per run (in a fixed order, so that two batches cannot deadlock): lock
+    -- the group's run, note the positions it had not acknowledged, then
+    -- move its position over the run's next messages while they are
+    -- acknowledged; a run whose lease is all acknowledged is free again.
+    -- Work: the messages given, and per run one range of the index on
+    -- (topic, aggregate, position) no longer than what is acknowledged
+    -- ahead of its position.
+    FOR m IN
+        SELECT o.topic, o.aggregate, CASE WHEN o.aggregate IS NULL THEN o.id END AS lone,
+               pg_catalog.array_agg(DISTINCT o.position) AS ps
+          FROM @extschema@.idem_outbox o
+         WHERE o.id OPERATOR(pg_catalog.=) ANY (ARRAY[idem_outbox_ack.id])
+         GROUP BY 1, 2, 3
+         ORDER BY 1, 2, 3
+    LOOP
+        IF NOT EXISTS (SELECT FROM @extschema@.idem_outbox_subscriptions s
+                        WHERE s.consumer OPERATOR(pg_catalog.=) (idem_outbox_ack.consumer COLLATE pg_catalog."C")
+                          AND s.topic OPERATOR(pg_catalog.=) m.topic) THEN
+            RAISE EXCEPTION 'idem_outbox_ack: consumer "%" is not subscribed to topic "%"', idem_outbox_ack.consumer, m.topic
+                USING ERRCODE = '42704',
+                      DETAIL = pg_catalog.format('Message %s is of topic "%s".', idem_outbox_ack.id, m.topic),
+                      HINT = 'Acknowledge with the consumer name given to idem_outbox_fetch.';
+        END IF;
+        IF m.lone IS NULL THEN
+            SELECT rr.ctid AS tid, rr.acked, rr.acked_ahead INTO r
+              FROM @extschema@.idem_outbox_runs rr
+             WHERE rr.topic OPERATOR(pg_catalog.=) m.topic
+               AND rr.aggregate OPERATOR(pg_catalog.=) m.aggregate AND rr.lone IS NULL
+               AND rr.consumer OPERATOR(pg_catalog.=) (idem_outbox_ack.consumer COLLATE pg_catalog."C")
+               FOR UPDATE;
+        ELSE
+            SELECT rr.ctid AS tid, rr.acked, rr.acked_ahead INTO r
+              FROM @extschema@.idem_outbox_runs rr
+             WHERE rr.topic OPERATOR(pg_catalog.=) m.topic
+               AND rr.aggregate IS NULL AND rr.lone OPERATOR(pg_catalog.=) m.lone
+               AND rr.consumer OPERATOR(pg_catalog.=) (idem_outbox_ack.consumer COLLATE pg_catalog."C")
+               FOR UPDATE;
+        END IF;
+        -- no run: acknowledged already, or published before the subscription
+        CONTINUE WHEN NOT FOUND;
+        IF m.lone IS NOT NULL THEN
+            DELETE FROM @extschema@.idem_outbox_runs rr WHERE rr.ctid OPERATOR(pg_catalog.=) r.tid;
+            done := done OPERATOR(pg_catalog.+) 1;
+            CONTINUE;
+        END IF;
+        mine := ARRAY(SELECT p.p FROM pg_catalog.unnest(m.ps) AS p(p)
+                       WHERE p.p OPERATOR(pg_catalog.>) r.acked
+                         AND NOT COALESCE(p.p OPERATOR(pg_catalog.=) ANY (r.acked_ahead), false));
+        CONTINUE WHEN pg_catalog.cardinality(mine) OPERATOR(pg_catalog.=) 0;
+        done := done OPERATOR(pg_catalog.+) pg_catalog.cardinality(mine);
+        ahead := COALESCE(r.acked_ahead, '{}'::pg_catalog.int8[]) OPERATOR(pg_catalog.||) mine;
+        SELECT pg_catalog.array_agg(x.position ORDER BY x.position) INTO seq
+          FROM (SELECT o.position FROM @extschema@.idem_outbox o
+                 WHERE o.topic OPERATOR(pg_catalog.=) m.topic
+                   AND o.aggregate OPERATOR(pg_catalog.=) m.aggregate
+                   AND o.position OPERATOR(pg_catalog.>) r.acked
+                 ORDER BY o.position
+                 LIMIT pg_catalog.cardinality(ahead) OPERATOR(pg_catalog.+) 1) x;
+        new_acked := r.acked;
+        ahead := ARRAY(SELECT p.p FROM pg_catalog.unnest(ahead) AS p(p) ORDER BY p.p);
+        IF seq[1:pg_catalog.cardinality(ahead)] OPERATOR(pg_catalog.=) ahead THEN
+            -- the usual case: what is acknowledged is the run's next messages
+            new_acked := seq[pg_catalog.cardinality(ahead)];
+        ELSE
+            FOR k IN 1 .. COALESCE(pg_catalog.cardinality(seq), 0) LOOP
+                EXIT WHEN NOT seq[k] OPERATOR(pg_catalog.=) ANY (ahead);
+                new_acked := seq[k];
+            END LOOP;
+        END IF;
+        ahead := ARRAY(SELECT p.p FROM pg_catalog.unnest(ahead) AS p(p)
+                        WHERE p.p OPERATOR(pg_catalog.>) new_acked ORDER BY p.p);
+        UPDATE @extschema@.idem_outbox_runs rr
+           SET acked = new_acked,
+               acked_ahead = CASE WHEN pg_catalog.cardinality(ahead) OPERATOR(pg_catalog.=) 0 THEN NULL ELSE ahead END,
+               available_at = CASE WHEN rr.available_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()
+                                        AND rr.available_at OPERATOR(pg_catalog.<) 'infinity'::pg_catalog.timestamptz
+                                        AND new_acked OPERATOR(pg_catalog.>=) rr.leased_upto
+                                   THEN pg_catalog.clock_timestamp() ELSE rr.available_at END,
+               attempts = CASE WHEN new_acked OPERATOR(pg_catalog.>=) rr.handed_upto THEN 0 ELSE rr.attempts END
+         WHERE rr.ctid OPERATOR(pg_catalog.=) r.tid;
+    END LOOP;
+    RETURN done OPERATOR(pg_catalog.>) 0;
 END
 $$;
 
 COMMENT ON FUNCTION @extschema@.idem_outbox_ack(pg_catalog.text, pg_catalog.uuid) IS
     'Acknowledge message id for consumer group consumer: it is not handed out to the group again; true when this call acknowledged it, false when it was already';
 
+-- A fetched batch at once: the same as idem_outbox_ack for each id, one
+-- lock and one update per run (the body above, written out again: our
+-- functions do not call each other by name).
+CREATE FUNCTION @extschema@.idem_outbox_ack_many(
+    consumer pg_catalog.text,
+    ids pg_catalog.uuid[])
+RETURNS pg_catalog.int4
+LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE
+AS $$
+DECLARE
+    m pg_catalog.record;
+    r pg_catalog.record;
+    mine pg_catalog.int8[];
+    ahead pg_catalog.int8[];
+    seq pg_catalog.int8[];
+    new_acked pg_catalog.int8;
+    k pg_catalog.int4;
+    done pg_catalog.int4 := 0;
+BEGIN
+    IF idem_outbox_ack_many.consumer IS NULL THEN
+        RAISE EXCEPTION 'idem_outbox_ack_many: consumer must not be null' USING ERRCODE = '22004';
+    END IF;
+    IF idem_outbox_ack_many.ids IS NULL THEN
+        RAISE EXCEPTION 'idem_outbox_ack_many: ids must not be null' USING ERRCODE = '22004';
+    END IF;
+    IF pg_catalog.current_setting('transaction_read_only') OPERATOR(pg_catalog.=) 'on' THEN
+        RAISE EXCEPTION 'cannot execute idem_outbox_ack_many() in a read-only transaction' USING ERRCODE = '25006';
+    END IF;
+    -- Per run (in a fixed order, so that two batches cannot deadlock): lock
+    -- the group's run, note the positions it had not acknowledged, then
+    -- move its position over the run's next messages while they are
+    -- acknowledged; a run whose lease is all acknowledged is free again.
+    -- Work: the messages given, and per run one range of the index on
+    -- (topic, aggregate, position) no longer than what is acknowledged
+    -- ahead of its position.
+    FOR m IN
+        SELECT o.topic, o.aggregate, CASE WHEN o.aggregate IS NULL THEN o.id END AS lone,
+               pg_catalog.array_agg(DISTINCT o.position) AS ps
+          FROM @extschema@.idem_outbox o
+         WHERE o.id OPERATOR(pg_catalog.=) ANY (idem_outbox_ack_many.ids)
+         GROUP BY 1, 2, 3
+         ORDER BY 1, 2, 3
+    LOOP
+        IF NOT EXISTS (SELECT FROM @extschema@.idem_outbox_subscriptions s
+                        WHERE s.consumer OPERATOR(pg_catalog.=) (idem_outbox_ack_many.consumer COLLATE pg_catalog."C")
+                          AND s.topic OPERATOR(pg_catalog.=) m.topic) THEN
+            RAISE EXCEPTION 'idem_outbox_ack_many: consumer "%" is not subscribed to topic "%"', idem_outbox_ack_many.consumer, m.topic
+                USING ERRCODE = '42704',
+                      DETAIL = pg_catalog.format('A message given is of topic "%s".', m.topic),
+                      HINT = 'Acknowledge with the consumer name given to idem_outbox_fetch.';
+        END IF;
+        IF m.lone IS NULL THEN
+            SELECT rr.ctid AS tid, rr.acked, rr.acked_ahead INTO r
+              FROM @extschema@.idem_outbox_runs rr
+             WHERE rr.topic OPERATOR(pg_catalog.=) m.topic
+               AND rr.aggregate OPERATOR(pg_catalog.=) m.aggregate AND rr.lone IS NULL
+               AND rr.consumer OPERATOR(pg_catalog.=) (idem_outbox_ack_many.consumer COLLATE pg_catalog."C")
+               FOR UPDATE;
+        ELSE
+            SELECT rr.ctid AS tid, rr.acked, rr.acked_ahead INTO r
+              FROM @extschema@.idem_outbox_runs rr
+             WHERE rr.topic OPERATOR(pg_catalog.=) m.topic
+               AND rr.aggregate IS NULL AND rr.lone OPERATOR(pg_catalog.=) m.lone
+               AND rr.consumer OPERATOR(pg_catalog.=) (idem_outbox_ack_many.consumer COLLATE pg_catalog."C")
+               FOR UPDATE;
+        END IF;
+        -- no run: acknowledged already, or published before the subscription
+        CONTINUE WHEN NOT FOUND;
+        IF m.lone IS NOT NULL THEN
+            DELETE FROM @extschema@.idem_outbox_runs rr WHERE rr.ctid OPERATOR(pg_catalog.=) r.tid;
+            done := done OPERATOR(pg_catalog.+) 1;
+            CONTINUE;
+        END IF;
+        mine := ARRAY(SELECT p.p FROM pg_catalog.unnest(m.ps) AS p(p)
+                       WHERE p.p OPERATOR(pg_catalog.>) r.acked
+                         AND NOT COALESCE(p.p OPERATOR(pg_catalog.=) ANY (r.acked_ahead), false));
+        CONTINUE WHEN pg_catalog.cardinality(mine) OPERATOR(pg_catalog.=) 0;
+        done := done OPERATOR(pg_catalog.+) pg_catalog.cardinality(mine);
+        ahead := COALESCE(r.acked_ahead, '{}'::pg_catalog.int8[]) OPERATOR(pg_catalog.||) mine;
+        SELECT pg_catalog.array_agg(x.position ORDER BY x.position) INTO seq
+          FROM (SELECT o.position FROM @extschema@.idem_outbox o
+                 WHERE o.topic OPERATOR(pg_catalog.=) m.topic
+                   AND o.aggregate OPERATOR(pg_catalog.=) m.aggregate
+                   AND o.position OPERATOR(pg_catalog.>) r.acked
+                 ORDER BY o.position
+                 LIMIT pg_catalog.cardinality(ahead) OPERATOR(pg_catalog.+) 1) x;
+        new_acked := r.acked;
+        ahead := ARRAY(SELECT p.p FROM pg_catalog.unnest(ahead) AS p(p) ORDER BY p.p);
+        IF seq[1:pg_catalog.cardinality(ahead)] OPERATOR(pg_catalog.=) ahead THEN
+            -- the usual case: what is acknowledged is the run's next messages
+            new_acked := seq[pg_catalog.cardinality(ahead)];
+        ELSE
+            FOR k IN 1 .. COALESCE(pg_catalog.cardinality(seq), 0) LOOP
+                EXIT WHEN NOT seq[k] OPERATOR(pg_catalog.=) ANY (ahead);
+                new_acked := seq[k];
+            END LOOP;
+        END IF;
+        ahead := ARRAY(SELECT p.p FROM pg_catalog.unnest(ahead) AS p(p)
+                        WHERE p.p OPERATOR(pg_catalog.>) new_acked ORDER BY p.p);
+        UPDATE @extschema@.idem_outbox_runs rr
+           SET acked = new_acked,
+               acked_ahead = CASE WHEN pg_catalog.cardinality(ahead) OPERATOR(pg_catalog.=) 0 THEN NULL ELSE ahead END,
+               available_at = CASE WHEN rr.available_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()
+                                        AND rr.available_at OPERATOR(pg_catalog.<) 'infinity'::pg_catalog.timestamptz
+                                        AND new_acked OPERATOR(pg_catalog.>=) rr.leased_upto
+                                   THEN pg_catalog.clock_timestamp() ELSE rr.available_at END,
+               attempts = CASE WHEN new_acked OPERATOR(pg_catalog.>=) rr.handed_upto THEN 0 ELSE rr.attempts END
+         WHERE rr.ctid OPERATOR(pg_catalog.=) r.tid;
+    END LOOP;
+    RETURN done;
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.idem_outbox_ack_many(pg_catalog.text, pg_catalog.uuid[]) IS
+    'Acknowledge messages ids (a fetched batch) for consumer group consumer, as idem_outbox_ack(consumer, id) each; returns how many this call acknowledged';
+
 -- What each consumer group has not acknowledged yet.  security_invoker:
 -- the caller's privileges on the tables apply, not the owner's.
 CREATE VIEW @extschema@.idem_outbox_backlog WITH (security_invoker = true) AS
     SELECT s.consumer::pg_catalog.text AS consumer,
            s.topic::pg_catalog.text AS topic,
-           pg_catalog.count(m.id) AS unacknowledged,
-           pg_catalog.count(m.id) FILTER (WHERE m.leased_until OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()) AS leased,
-           pg_catalog.min(m.created_at) AS oldest,
+           COALESCE(pg_catalog.sum(m.n), 0)::pg_catalog.int8 AS unacknowledged,
+           COALESCE(pg_catalog.sum(m.leased), 0)::pg_catalog.int8 AS leased,
+           pg_catalog.min(m.oldest) AS oldest,
            pg_catalog.max(m.attempts) AS max_attempts,
            s.horizon
       FROM @extschema@.idem_outbox_subscriptions s
       LEFT JOIN LATERAL (
-           SELECT o.id, o.created_at, d.leased_until, d.attempts
-             FROM @extschema@.idem_outbox o
-             LEFT JOIN @extschema@.idem_outbox_deliveries d
-               ON d.consumer OPERATOR(pg_catalog.=) s.consumer
-              AND d.id OPERATOR(pg_catalog.=) o.id
-            WHERE o.topic OPERATOR(pg_catalog.=) s.topic
-              AND o.xact_id OPERATOR(pg_catalog.>=) s.horizon
-              AND d.acked_at IS NULL) AS m ON true
+           SELECT pg_catalog.count(o.id) AS n,
+                  pg_catalog.count(o.id) FILTER (
+                      WHERE r.available_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()
+                        AND r.available_at OPERATOR(pg_catalog.<) 'infinity'::pg_catalog.timestamptz
+                        AND o.position OPERATOR(pg_catalog.<=) r.leased_upto) AS leased,
+                  pg_catalog.min(o.created_at) AS oldest,
+                  pg_catalog.max(r.attempts) FILTER (WHERE r.attempts OPERATOR(pg_catalog.>) 0) AS attempts
+             FROM @extschema@.idem_outbox_runs r
+             JOIN @extschema@.idem_outbox o
+               ON o.topic OPERATOR(pg_catalog.=) r.topic
+              AND ((r.lone IS NOT NULL AND o.id OPERATOR(pg_catalog.=) r.lone)
+                   OR (r.lone IS NULL AND o.aggregate OPERATOR(pg_catalog.=) r.aggregate
+                       AND o.position OPERATOR(pg_catalog.>) r.acked
+                       AND NOT COALESCE(o.position OPERATOR(pg_catalog.=) ANY (r.acked_ahead), false)))
+            WHERE r.consumer OPERATOR(pg_catalog.=) s.consumer
+              AND r.topic OPERATOR(pg_catalog.=) s.topic) AS m ON true
      GROUP BY s.consumer, s.topic, s.horizon;
 
 COMMENT ON VIEW @extschema@.idem_outbox_backlog IS
@@ -1025,21 +1478,24 @@ COMMENT ON FUNCTION @extschema@.idem_inbox(pg_catalog.text, pg_catalog.uuid, pg_
 -- Retention
 --------------------------------------------------------------------------
 
--- Deletes up to batch_size messages older than their topic's retention
--- that every consumer group subscribed to their topic has acknowledged
--- (they are below every horizon of the topic; the horizons are moved
--- first).  Each topic is read from its oldest transaction, batch_size
--- rows at most; rows another session holds are skipped.
+-- Deletes messages older than their topic's retention that every
+-- consumer group subscribed to their topic has acknowledged (no group has
+-- a run that still holds them).  Bounded work per call, whatever the
+-- table holds: it examines batch_size messages, walking the table by
+-- primary key from where the previous call stopped (idem_outbox_purge_hand)
+-- and wrapping at the end, so a message that cannot go yet costs one look
+-- per pass, and a pass over the whole table takes as many calls as it
+-- needs.  Rows another session holds are skipped.  Returns how many it
+-- deleted (fewer than batch_size: call again later).
 CREATE FUNCTION @extschema@.idem_outbox_purge(batch_size pg_catalog.int4 DEFAULT 10000)
 RETURNS pg_catalog.int8
 LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE
 AS $$
 DECLARE
-    t pg_catalog.record;
-    bound pg_catalog.xid8;
-    keep pg_catalog.interval;
+    hand pg_catalog.uuid;
+    last_ pg_catalog.uuid;
+    seen pg_catalog.int4;
     n pg_catalog.int8;
-    total pg_catalog.int8 := 0;
     now_ pg_catalog.timestamptz;
 BEGIN
     IF idem_outbox_purge.batch_size IS NULL THEN
@@ -1053,46 +1509,49 @@ BEGIN
         RAISE EXCEPTION 'cannot execute idem_outbox_purge() in a read-only transaction' USING ERRCODE = '25006';
     END IF;
     now_ := pg_catalog.clock_timestamp();
+    SELECT h.last_id INTO hand FROM @extschema@.idem_outbox_purge_hand h FOR UPDATE;
+    IF NOT FOUND THEN
+        INSERT INTO @extschema@.idem_outbox_purge_hand (one, last_id) VALUES (true, NULL)
+        ON CONFLICT ON CONSTRAINT idem_outbox_purge_hand_pkey DO NOTHING;
+    END IF;
 
-    PERFORM @extschema@.idem_outbox_advance(NULL);
-
-    -- The topics of the table, one index probe each.
-    FOR t IN
-        WITH RECURSIVE topics(topic) AS (
-            (SELECT o.topic FROM @extschema@.idem_outbox o ORDER BY o.topic LIMIT 1)
-            UNION ALL
-            SELECT (SELECT o.topic FROM @extschema@.idem_outbox o
-                     WHERE o.topic OPERATOR(pg_catalog.>) p.topic ORDER BY o.topic LIMIT 1)
-              FROM topics p WHERE p.topic IS NOT NULL)
-        SELECT x.topic FROM topics x WHERE x.topic IS NOT NULL
-    LOOP
-        EXIT WHEN total OPERATOR(pg_catalog.>=) idem_outbox_purge.batch_size;
-        SELECT c.retention INTO keep FROM @extschema@.idem_outbox_topics c
-         WHERE c.topic OPERATOR(pg_catalog.=) t.topic;
-        IF keep IS NULL THEN
-            keep := '7 days';
-        END IF;
-        SELECT pg_catalog.min(s.horizon) INTO bound FROM @extschema@.idem_outbox_subscriptions s
-         WHERE s.topic OPERATOR(pg_catalog.=) t.topic;
-        WITH head AS (
-            SELECT o.id, o.created_at FROM @extschema@.idem_outbox o
-             WHERE o.topic OPERATOR(pg_catalog.=) t.topic
-               AND (bound IS NULL OR o.xact_id OPERATOR(pg_catalog.<) bound)
-             ORDER BY o.xact_id
-             LIMIT idem_outbox_purge.batch_size OPERATOR(pg_catalog.-) total
-               FOR UPDATE SKIP LOCKED
-        )
+    WITH cand AS (
+        SELECT o.id, o.topic, o.aggregate, o.position, o.created_at
+          FROM @extschema@.idem_outbox o
+         WHERE hand IS NULL OR o.id OPERATOR(pg_catalog.>) hand
+         ORDER BY o.id
+         LIMIT idem_outbox_purge.batch_size
+           FOR UPDATE SKIP LOCKED
+    ), gone AS (
         DELETE FROM @extschema@.idem_outbox o
-         USING head
-         WHERE o.id OPERATOR(pg_catalog.=) head.id
-           AND head.created_at OPERATOR(pg_catalog.<) (now_ OPERATOR(pg_catalog.-) keep);
-        GET DIAGNOSTICS n = ROW_COUNT;
-        total := total OPERATOR(pg_catalog.+) n;
-        keep := NULL;
-    END LOOP;
-    RETURN total;
+         USING cand c
+         WHERE o.id OPERATOR(pg_catalog.=) c.id
+           AND c.created_at OPERATOR(pg_catalog.<) (now_ OPERATOR(pg_catalog.-) COALESCE(
+                   (SELECT t.retention FROM @extschema@.idem_outbox_topics t
+                     WHERE t.topic OPERATOR(pg_catalog.=) c.topic), '7 days'::pg_catalog.interval))
+           AND NOT EXISTS (
+                   SELECT FROM @extschema@.idem_outbox_runs r
+                    WHERE r.topic OPERATOR(pg_catalog.=) c.topic
+                      AND r.aggregate OPERATOR(pg_catalog.=) c.aggregate
+                      AND r.acked OPERATOR(pg_catalog.<) c.position
+                      AND NOT COALESCE(c.position OPERATOR(pg_catalog.=) ANY (r.acked_ahead), false))
+           AND NOT EXISTS (
+                   SELECT FROM @extschema@.idem_outbox_runs r
+                    WHERE c.aggregate IS NULL
+                      AND r.topic OPERATOR(pg_catalog.=) c.topic
+                      AND r.aggregate IS NULL
+                      AND r.lone OPERATOR(pg_catalog.=) c.id)
+        RETURNING 1
+    )
+    SELECT (SELECT pg_catalog.count(*) FROM gone), pg_catalog.count(*)::pg_catalog.int4,
+           (pg_catalog.array_agg(c.id ORDER BY c.id DESC))[1]
+      INTO n, seen, last_
+      FROM cand c;
+    UPDATE @extschema@.idem_outbox_purge_hand h
+       SET last_id = CASE WHEN seen OPERATOR(pg_catalog.<) idem_outbox_purge.batch_size THEN NULL ELSE last_ END;
+    RETURN n;
 END
 $$;
 
 COMMENT ON FUNCTION @extschema@.idem_outbox_purge(pg_catalog.int4) IS
-    'Delete up to batch_size messages older than their topic''s retention that every consumer group of their topic has acknowledged; returns the number removed';
+    'Examine batch_size messages (going on from the previous call) and delete those older than their topic''s retention that every consumer group of their topic has acknowledged; returns the number removed';

@@ -75,13 +75,15 @@ static IdemQuery q_purge_call = {
 };
 
 /*
- * Whether the extension in schema $1 has idem_outbox_purge(int4) (0.5.0
- * on): that very function, a member of the extension, so that a function
- * of that name someone else created in the schema is never run by the
- * worker (a superuser).
+ * The oid of the extension's idem_outbox_purge(int4) in schema $1 (0.5.0
+ * on), no row when it has none: that very function, a member of the
+ * extension, so that a function of that name someone else created in the
+ * schema is never run by the worker (a superuser).  The worker calls it by
+ * this oid, not by name: an overload with more (defaulted) arguments in
+ * the schema would make a call by name ambiguous, and fail every round.
  */
-static IdemQuery q_outbox_present = {
-	"SELECT EXISTS (SELECT FROM pg_catalog.pg_namespace n"
+static IdemQuery q_outbox_function = {
+	"SELECT d.objid FROM pg_catalog.pg_namespace n"
 	" JOIN pg_catalog.pg_depend d"
 	"   ON d.objid OPERATOR(pg_catalog.=) pg_catalog.to_regprocedure(pg_catalog.format("
 	"        '%I.idem_outbox_purge(pg_catalog.int4)', n.nspname))::pg_catalog.oid"
@@ -90,13 +92,8 @@ static IdemQuery q_outbox_present = {
 	"   AND d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass"
 	"   AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass"
 	"   AND d.deptype OPERATOR(pg_catalog.=) 'e'"
-	"   AND e.extname OPERATOR(pg_catalog.=) 'idempotency')",
+	"   AND e.extname OPERATOR(pg_catalog.=) 'idempotency'",
 	1, {OIDOID}
-};
-
-static IdemQuery q_outbox_purge_call = {
-	"SELECT @extschema@.idem_outbox_purge($1)",
-	1, {INT4OID}
 };
 
 /*
@@ -185,6 +182,31 @@ typedef enum PurgeBatch
 } PurgeBatch;
 
 /*
+ * The outbox's batch: idem_outbox_purge(batch) of the extension in schema
+ * nsp, called by oid (q_outbox_function), with search_path pinned to
+ * pg_catalog, pg_temp for this transaction, so that nothing in the
+ * database's or role's search_path is resolved by the function as a
+ * superuser.  BATCH_NO_FUNCTION when the extension has no outbox.
+ */
+static PurgeBatch
+outbox_purge_call(Oid nsp, int batch, int64 *removed)
+{
+	Datum		values[1];
+	Oid			fn;
+
+	values[0] = ObjectIdGetDatum(nsp);
+	if (idem_query_exec(&q_outbox_function, PG_CATALOG_NAMESPACE,
+						values, NULL, true, 1) != 1)
+		return BATCH_NO_FUNCTION;
+	fn = DatumGetObjectId(spi_first_value(OIDOID, "the outbox lookup"));
+	(void) set_config_option("search_path", "pg_catalog, pg_temp",
+							 PGC_SUSET, PGC_S_SESSION, GUC_ACTION_LOCAL,
+							 true, 0, false);
+	*removed = DatumGetInt64(OidFunctionCall1(fn, Int32GetDatum(batch)));
+	return BATCH_DONE;
+}
+
+/*
  * One batch in its own transaction: idem_purge(batch), or with outbox
  * idem_outbox_purge(batch), in the schema of the extension.
  */
@@ -205,7 +227,7 @@ purge_batch(bool outbox, int batch, int64 *removed)
 
 	/*
 	 * None of these statements reads idem_records or the outbox's tables:
-	 * pg_extension.extnamespace, the EXISTS and both functions' results are
+	 * pg_extension.extnamespace, the oid looked up and both functions' results are
 	 * NOT NULL, of the types asked for.
 	 */
 	if (idem_query_exec(&q_extension_schema, PG_CATALOG_NAMESPACE,
@@ -217,18 +239,11 @@ purge_batch(bool outbox, int batch, int64 *removed)
 
 		result = BATCH_DONE;
 		if (outbox)
-		{
-			values[0] = ObjectIdGetDatum(nsp);
-			if (idem_query_exec(&q_outbox_present, PG_CATALOG_NAMESPACE,
-								values, NULL, true, 1) != 1 ||
-				!DatumGetBool(spi_first_value(BOOLOID, "the outbox lookup")))
-				result = BATCH_NO_FUNCTION;
-		}
-		if (result == BATCH_DONE)
+			result = outbox_purge_call(nsp, batch, removed);
+		else
 		{
 			values[0] = Int32GetDatum(batch);
-			if (idem_query_exec(outbox ? &q_outbox_purge_call : &q_purge_call,
-								nsp, values, NULL, false, 1) != 1)
+			if (idem_query_exec(&q_purge_call, nsp, values, NULL, false, 1) != 1)
 				elog(ERROR, "%s returned no row", fname);
 			*removed = DatumGetInt64(spi_first_value(INT8OID, fname));
 		}

@@ -15,7 +15,7 @@ SET idempotency.autocommit_claims = allow;
 \set try_sql :abs_srcdir '/helpers/try.sql'
 \i :try_sql
 SET idem_test.try_detail = on;
-TRUNCATE idem_outbox, idem_outbox_topics, idem_outbox_subscriptions, idem_outbox_deliveries;
+TRUNCATE idem_outbox, idem_outbox_topics, idem_outbox_subscriptions, idem_outbox_runs;
 DELETE FROM idem_records WHERE scope LIKE 'ob-%' OR scope LIKE 'inbox:%';
 
 --------------------------------------------------------------------------
@@ -385,7 +385,7 @@ ROLLBACK;
 -- Retention: idem_outbox_purge deletes what is older than its topic's
 -- retention and acknowledged by every group of its topic.
 --------------------------------------------------------------------------
-TRUNCATE idem_outbox, idem_outbox_subscriptions, idem_outbox_deliveries;
+TRUNCATE idem_outbox, idem_outbox_subscriptions, idem_outbox_runs;
 SELECT idem_outbox_topic('orders', retention => '0');
 SELECT idem_outbox_subscribe('fast', 'orders'), idem_outbox_subscribe('slow', 'orders');
 SELECT count(idem_publish('orders', jsonb_build_object('n', i), key => 'p-' || i, aggregate => 'a' || (i % 2)))
@@ -400,20 +400,19 @@ SELECT topic, count(*) FROM idem_outbox GROUP BY topic ORDER BY topic;
 SELECT count(*) FILTER (WHERE idem_outbox_ack('fast', f.id)) AS acked FROM idem_outbox_fetch('fast') AS f;
 SELECT idem_outbox_purge() AS purged;
 -- 'slow' acknowledges some: a lagging group never loses what it has not
--- acknowledged (the messages of one transaction go together)
+-- acknowledged; what every group acknowledged goes
 SELECT count(*) FILTER (WHERE idem_outbox_ack('slow', f.id)) AS acked FROM idem_outbox_fetch('slow', 2) AS f;
 SELECT idem_outbox_purge() AS purged;
 SELECT count(*) AS still_there FROM idem_outbox WHERE topic = 'orders';
 SELECT count(*) AS slow_gets FROM idem_outbox_fetch('slow');
-SELECT count(*) FILTER (WHERE idem_outbox_ack('slow', d.id)) AS acked
-FROM idem_outbox_deliveries d WHERE d.consumer = 'slow' AND d.acked_at IS NULL;
+-- the rest of what it fetched, as one batch
+SELECT idem_outbox_ack_many('slow', ARRAY(SELECT o.id FROM idem_outbox o WHERE o.topic = 'orders')) AS acked;
 SELECT idem_outbox_purge(batch_size => 4) AS purged, idem_outbox_purge() AS rest;
 SELECT topic, count(*) FROM idem_outbox GROUP BY topic ORDER BY topic;
--- the horizons moved past what was acknowledged; the deliveries below
--- them are gone
-SELECT consumer, horizon = (SELECT min(horizon) FROM idem_outbox_subscriptions) AS same_horizon
-FROM idem_outbox_subscriptions ORDER BY consumer;
-SELECT count(*) AS deliveries_left FROM idem_outbox_deliveries;
+-- each group's progress is one row per run, parked once drained
+SELECT count(f.id) AS fetched FROM idem_outbox_subscriptions s, idem_outbox_fetch(s.consumer, 10) AS f;
+SELECT consumer, count(*) AS runs, count(*) FILTER (WHERE available_at = 'infinity') AS parked
+FROM idem_outbox_runs GROUP BY consumer ORDER BY consumer;
 -- unsubscribing lets go of what a group held
 SELECT idem_publish('orders', '{"n": 7}', key => 'p-7', aggregate => 'a1') IS NOT NULL AS published;
 SELECT idem_outbox_purge() AS purged_while_subscribed;
@@ -436,10 +435,11 @@ SELECT pg_temp.try($$SELECT idem_outbox_topic('orders', retention => '1 day')$$)
 SELECT pg_temp.try($$SELECT count(*) FROM idem_outbox_topics$$) AS topics_readable;
 SELECT pg_temp.try($$SELECT idem_outbox_id('t', 'k') IS NOT NULL$$) AS id_public;
 RESET ROLE;
-GRANT SELECT, INSERT, UPDATE ON idem_records TO regress_outbox_app;
-GRANT SELECT, INSERT ON idem_outbox TO regress_outbox_app;
-GRANT USAGE ON SEQUENCE idem_outbox_position_seq TO regress_outbox_app;
-GRANT SELECT, INSERT, UPDATE, DELETE ON idem_outbox_subscriptions, idem_outbox_deliveries TO regress_outbox_app;
+-- idem_grant gives claims (the inbox); idem_outbox_grant the outbox, per
+-- topic and consumer group (test/sql/outbox_isolation.sql has the rest).
+SELECT idem_grant('regress_outbox_app');
+SELECT idem_outbox_grant('regress_outbox_app', 'publish', 'orders');
+SELECT idem_outbox_grant('regress_outbox_app', 'consume', 'orders', 'app');
 SET ROLE regress_outbox_app;
 BEGIN;
 SELECT idem_claim('ob-priv', 'k1') AS claimed;
@@ -448,10 +448,10 @@ COMMIT;
 SELECT idem_outbox_subscribe('app', 'orders', from_start => true) AS subscribed;
 SELECT count(*) FILTER (WHERE idem_outbox_ack('app', f.id)) AS acked FROM idem_outbox_fetch('app') AS f;
 SELECT idem_inbox('app', idem_outbox_id('orders', 'k1', 'ob-priv')) AS inbox;
-SELECT pg_temp.try($$SELECT idem_outbox_purge()$$);
+SELECT pg_temp.try($$DELETE FROM idem_outbox$$);
 RESET ROLE;
-REVOKE ALL ON idem_records, idem_outbox, idem_outbox_subscriptions, idem_outbox_deliveries FROM regress_outbox_app;
-REVOKE ALL ON SEQUENCE idem_outbox_position_seq FROM regress_outbox_app;
+SELECT idem_revoke('regress_outbox_app');
+REVOKE USAGE ON SCHEMA public FROM regress_outbox_app;
 DROP ROLE regress_outbox_app;
 
 -- Catalog: the labels of the functions (test/t/024_outbox.pl checks that
@@ -464,5 +464,5 @@ WHERE p.proname ~ '^idem_(outbox|publish|inbox|xact_claims|xid8_near)'
   AND p.pronamespace = (SELECT relnamespace FROM pg_class WHERE oid = 'idem_records'::regclass)
 ORDER BY p.oid::regprocedure::text;
 
-TRUNCATE idem_outbox, idem_outbox_topics, idem_outbox_subscriptions, idem_outbox_deliveries;
+TRUNCATE idem_outbox, idem_outbox_topics, idem_outbox_subscriptions, idem_outbox_runs;
 DELETE FROM idem_records WHERE scope LIKE 'ob-%' OR scope LIKE 'inbox:%';

@@ -6,7 +6,8 @@
 # one of 40 aggregates; every key ending in 7 rolls back.  Eight consumers
 # of one group (psql sessions running a procedure) fetch with leases,
 # apply each message through idem_inbox in a transaction of its own, then
-# acknowledge it; a consumer "dies" after applying some messages and
+# acknowledge it (even workers one by one, odd ones the batch at once with
+# idem_outbox_ack_many); a consumer "dies" after applying some messages and
 # before acknowledging them (deterministically: attempt 1 of positions
 # divisible by 17), two consumers are terminated mid-run, and then the
 # server is killed with SIGKILL mid-load and restarted; producers and
@@ -62,15 +63,17 @@ INSERT INTO control VALUES (false);
 
 -- One consumer: fetch a batch (its leases commit), then per message one
 -- transaction with the inbox claim and the effect, then the
--- acknowledgement.  A consumer that dies after applying a message and
--- before acknowledging it is played by leaving the rest of the batch
--- (attempt 1 of every position divisible by 17).  Ends when the
+-- acknowledgement (odd workers: of what they applied of the batch, at
+-- once, with idem_outbox_ack_many).  A consumer that dies after applying
+-- a message and before acknowledging it is played by leaving the rest of
+-- the batch (attempt 1 of every position divisible by 17).  Ends when the
 -- producers are done and the group has nothing left to acknowledge.
 CREATE PROCEDURE consume_loop(worker int)
 LANGUAGE plpgsql AS $$
 DECLARE
     ids uuid[];
     atts int[];
+    acked uuid[] := '{}';
     pos bigint;
     deadline timestamptz := clock_timestamp() + interval '10 minutes';
 BEGIN
@@ -98,9 +101,19 @@ BEGIN
             END IF;
             COMMIT;
             EXIT WHEN atts[i] = 1 AND pos % 17 = 0;
-            PERFORM idem_outbox_ack('tapc', ids[i]);
-            COMMIT;
+            IF worker % 2 = 0 THEN
+                PERFORM idem_outbox_ack('tapc', ids[i]);
+                COMMIT;
+            ELSE
+                acked := acked || ids[i];
+            END IF;
         END LOOP;
+        -- odd workers acknowledge what they applied of the batch at once
+        IF cardinality(acked) > 0 THEN
+            PERFORM idem_outbox_ack_many('tapc', acked);
+            COMMIT;
+        END IF;
+        acked := '{}';
     END LOOP;
 END $$;
 });
@@ -337,10 +350,10 @@ $node->command_ok([ 'pg_restore', '-d', $node->connstr('restored'), $dump ], 'pg
 my $state = q{
 	SELECT (SELECT count(*) FROM idem_outbox) || '|' || (SELECT count(*) FROM idem_outbox_topics)
 	    || '|' || (SELECT string_agg(consumer || ':' || topic, ',' ORDER BY consumer) FROM idem_outbox_subscriptions)
-	    || '|' || (SELECT count(*) FROM idem_outbox_deliveries)
+	    || '|' || (SELECT count(*) FROM idem_outbox_runs)
 	    || '|' || (SELECT max(position) FROM idem_outbox)};
 is($node->safe_psql('restored', $state), $node->safe_psql('postgres', $state),
-	'the restored database has the outbox, its topics, subscriptions and deliveries');
+	'the restored database has the outbox, its topics, subscriptions and runs');
 is( $node->safe_psql('restored', q{
 	SELECT idem_publish('tap', '{}', key => 'after-restore') IS NOT NULL;
 	SELECT idem_publish('tap', '{}', key => 'before-dump') IS NULL;

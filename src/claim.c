@@ -2,62 +2,38 @@
  *
  * claim.c
  *	  The one owner of "decide one key": idem_claim, and the decision that
- *	  idem_claim_many (batch.c) and idem_begin (lease.c) share with it.
- *	  The callers differ only in their statements (an IdemClaimPlan) and
- *	  in how they map the outcome (IdemClaimOutcome, claim.h) to their
- *	  answer.  The file reads top-down: the SQL entry points, then the
- *	  fast path, the SQL path, and the decision they share.
+ *	  idem_claim_many (batch.c) and idem_begin (lease_begin.c) share with
+ *	  it.  Callers differ only in their statements (an IdemClaimPlan) and
+ *	  in how they map the outcome (IdemClaimOutcome, claim.h).
  *
- *	  Order of a claim:
- *	  1. The fast path, idem_claim_fast (one key) and
- *	     idem_claim_fast_through (a fast path idem_claim_many opened for
- *	     its keys): claim_direct.c's speculative insertion without SPI.  It
- *	     inserts the record (IDEM_CLAIM_ACQUIRED) or finds a conflicting
- *	     one, decided here by claim_verdict (IDEM_CLAIM_DUPLICATE, or
- *	     IDEM_CLAIM_UNDECIDED for a record to take over); when it does not
- *	     apply, IDEM_CLAIM_UNDECIDED too: the caller then takes step 2.
- *	  2. The SQL path, idem_claim_spi with a plan's statements
- *	     (idem_claim_spi_plain: idem_claim's own, which on records with a
- *	     shard key run rewritten by shard.c): INSERT ... ON CONFLICT DO NOTHING;
- *	     on a conflict, read the record; a live one is a duplicate (or
- *	     ID001 for another fingerprint); an expired, retryable or abandoned
- *	     one is taken over by an UPDATE whose WHERE re-checks the takeover
- *	     condition (IDEM_CLAIMABLE_SQL) on the newest row version
- *	     (EvalPlanQual), so two takers cannot both win.  A takeover that
- *	     changes no row IDEM_MAX_TAKEOVER_ROUNDS times in a row gives up
- *	     (idem_takeover_stuck); a record that the read cannot see is
- *	     retried CLAIM_MAX_INVISIBLE_RETRIES times, then 42501.
- *	  3. The verdict, duplicate logging (idempotency.log_duplicates) and
- *	     the statistics (claimed, takeover, duplicate, in-progress
- *	     conflict, fingerprint mismatch) are counted here and nowhere else
- *	     for a single key; batch.c counts its set-based step 1 with the
- *	     same helpers.
+ *	  Order: first the fast path (claim_direct.c's speculative insertion,
+ *	  verdict by claim_verdict); when it declines or finds a record to take
+ *	  over, the SQL path (idem_claim_spi): INSERT ... ON CONFLICT DO
+ *	  NOTHING, then read the record; a live one is a duplicate (ID001 for
+ *	  another fingerprint); an expired, retryable or abandoned one is taken
+ *	  over by an UPDATE whose WHERE re-checks IDEM_CLAIMABLE_SQL on the
+ *	  newest row version (EvalPlanQual), so two takers cannot both win.
+ *	  Bounded: IDEM_MAX_TAKEOVER_ROUNDS takeovers that change no row give
+ *	  up (idem_takeover_stuck); an invisible record is retried
+ *	  CLAIM_MAX_INVISIBLE_RETRIES times, then 42501.  The verdict, duplicate
+ *	  logging and a single key's statistics are counted here only.
  *
- *	  Atomicity: every statement runs in the caller's transaction (through
- *	  SPI, or the executor directly), so a claim commits or rolls back
- *	  with the business writes around it.  No subtransaction is started.
+ *	  Atomicity: every statement runs in the caller's transaction (SPI or
+ *	  the executor), so a claim commits or rolls back with the business
+ *	  writes around it; no subtransaction is started.
  *
- *	  Locking and visibility: the dedup decision is made by the primary
- *	  key of idem_records, i.e. speculative insertion.  A key held by
- *	  another transaction's uncommitted insert makes the INSERT (or the
- *	  fast path's probe) wait for that transaction, honouring lock_timeout
- *	  and statement_timeout; if it commits we see a conflict, if it aborts
- *	  our insert goes in.  A conflict is found before any heap tuple is
- *	  written, so a duplicate leaves no dead tuple, assigns no transaction
- *	  id and writes no WAL.  After a conflict the row is read with a fresh
- *	  snapshot (READ COMMITTED) or the transaction snapshot (REPEATABLE
- *	  READ and SERIALIZABLE, where the INSERT itself raises 40001 if the
- *	  conflicting row was committed after the snapshot).
+ *	  Locking and visibility: the primary key of idem_records decides.  A
+ *	  key held by another transaction's uncommitted insert makes the INSERT
+ *	  (or the fast path's probe) wait for it under lock_timeout and
+ *	  statement_timeout.  A conflict is found before any heap tuple is
+ *	  written: a duplicate leaves no dead tuple, no xid, no WAL.  After a
+ *	  conflict the row is read with a fresh snapshot (READ COMMITTED) or
+ *	  the transaction's (REPEATABLE READ, SERIALIZABLE: the INSERT itself
+ *	  raises 40001 for a row committed after the snapshot).
  *
  *	  Time: "now" is the wall clock at the call (GetCurrentTimestamp), not
- *	  the transaction start, so expiry is counted from the call.
- *
- *	  Calls: claim_direct.c (the fast path), query.c and spi_read.c (the SQL
- *	  path), shard.c (the _at twin), args.c, stats.c.  Called by batch.c
- *	  and lease.c, and by module.c's _PG_init (idem_claim_init).
- *
- *	  Memory: arguments and results are in the caller's context; SPI's
- *	  per-call memory is released by the caller's SPI_finish.
+ *	  the transaction start.  Memory: arguments and results in the caller's
+ *	  context; SPI's per-call memory goes at the caller's SPI_finish.
  *
  *-------------------------------------------------------------------------
  */

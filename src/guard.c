@@ -2,100 +2,39 @@
  *
  * guard.c
  *	  The guard installer: idem_guard installs C triggers that enforce a
- *	  state machine (machine.c) on a status column, whatever SQL touches
- *	  the table; idem_unguard removes them.  This file checks the
- *	  arguments, the table and its columns; guard_install.c creates, finds
- *	  and drops the triggers (and lists them for idem_machine_drop,
- *	  idem_guards_of_machine).  The triggers' run time is guard_trigger.c,
- *	  their cache guard_cache.c, their errors guard_error.c.
+ *	  state machine on a status column, whatever SQL touches the table;
+ *	  idem_unguard removes them.  This file checks the arguments, the table
+ *	  and its columns; the triggers (check, insert, version, log, lognew,
+ *	  children) and their WHEN conditions are tabled in docs/reference.md.
+ *	  The check lives in the WHEN condition, so a legal row costs one call
+ *	  of idem_guard_allows and queues no event; only a row that breaks the
+ *	  machine fires the trigger, which raises ID004 at statement end.
  *
- *	  A guard on column c of table t, machine m, is a set of triggers, all
- *	  running idem_guard_trigger(m, c, version column or '', role):
- *	    idem_guard_check_<c>    AFTER UPDATE
- *	                            WHEN (NOT idem_guard_allows(m, OLD.c, NEW.c)
- *	                                  [OR c changed AND NEW.v <> OLD.v + 1])
- *	    idem_guard_insert_<c>   AFTER INSERT
- *	                            WHEN (NEW.c IS NULL OR
- *	                                  NOT idem_guard_allows(m, NULL, NEW.c))
- *	    idem_guard_version_<c>  BEFORE UPDATE WHEN (c changed)  (version v)
- *	    idem_guard_log_<c>      AFTER UPDATE WHEN (c changed)   (history)
- *	    idem_guard_lognew_<c>   AFTER INSERT                    (history)
- *	    idem_guard_children_<c> BEFORE UPDATE FOR EACH STATEMENT (not Citus)
- *	  The check lives in the WHEN condition, which PostgreSQL evaluates
- *	  while it saves the trigger event: a legal row costs one call of
- *	  idem_guard_allows (a cached machine, two binary searches) and no
- *	  queued event, no re-fetch of the row, no trigger call.  Only a row
- *	  that breaks the machine fires idem_guard_trigger, which finds out why
- *	  and raises ID004 at the end of the statement, rolling it back.
- *	  Being AFTER and not UPDATE OF c, the check sees the row as written,
- *	  after every BEFORE trigger, whether or not the UPDATE names the
- *	  column, and only rows really written.  Rules (machine.c:
- *	  idem_guard_verdict): an INSERT, or an UPDATE from NULL, must use an
- *	  initial state; an UPDATE that changes the value must follow a
- *	  declared transition; the same value always passes.  The version
- *	  trigger sets the version column to the old version + 1 on every
- *	  change (and the check refuses a change the version did not follow:
- *	  a BEFORE trigger after it changed the status); the log triggers
- *	  append each change (inserts included, from NULL) to
- *	  idem_transition_log through a saved plan; the children trigger
- *	  refuses an UPDATE that reaches an unguarded inheritance child.  Every
- *	  row trigger's WHEN names the guarded column, so it depends on it
- *	  (pg_depend): that is how the triggers are found, and how the
- *	  trigger knows its column through renames (guard_cache.c).
+ *	  Invariant (docs/security.md, "a guard sees every change of its
+ *	  column"): the check is AFTER and never UPDATE OF, so it sees the row
+ *	  as written after every BEFORE trigger and a status such a trigger
+ *	  set; the version is checked against the status there too; every row
+ *	  trigger's WHEN names the column, so pg_depend follows it by attribute
+ *	  through renames; a table with inheritance children is refused unless
+ *	  every child is guarded alike, a partitioned table always (a row moved
+ *	  to another partition is a new insert).  Generated SQL binds only to
+ *	  our objects and pg_catalog's; only real guards (guard_shape.c) count
+ *	  for idem_unguard and idem_machine_drop.
  *
- *	  Invariant: generated SQL binds only to the extension's
- *	  and pg_catalog's objects: functions schema-qualified, operators as
- *	  OPERATOR(pg_catalog.x), every argument cast to the declared type, so
- *	  no overload a role with CREATE on some schema made beforehand can
- *	  capture a call.  Only real guards (guard_shape.c's
- *	  idem_guard_trigger_is_real) count for idem_unguard and
- *	  idem_machine_drop.
+ *	  pg_trigger is the only registry: a guard goes with its table, its
+ *	  column (CASCADE) or the extension (CASCADE), and is found by function
+ *	  and dependency, never by name.  Arguments are names, so a dump
+ *	  restores them; after renaming a guarded column, call idem_guard again.
  *
- *	  pg_trigger is the only registry: dropping the table drops the guard,
- *	  and DROP EXTENSION ... CASCADE drops the triggers (without CASCADE it
- *	  refuses, as for any dependent object); dropping the status column
- *	  needs CASCADE too, and drops them.  idem_unguard and idem_guard find
- *	  a guard's triggers by function and by their dependency on the status
- *	  column (pg_depend), not by name, so renames do not lose them.  The
- *	  arguments are names, not attribute numbers, so that a dump restores
- *	  them correctly; after renaming a guarded column, call idem_guard
- *	  again to refresh them.
- *
- *	  Cache: see guard_cache.c.  Per row there is no catalog access and
- *	  no SPI except the history INSERT.
- *
- *	  Locking: idem_guard takes ShareRowExclusiveLock on the table (as
- *	  CREATE TRIGGER does) and idem_unguard AccessExclusiveLock (as DROP
- *	  TRIGGER does), after checking the TRIGGER privilege so that nobody
- *	  can lock a table they may not guard.  On Citus, Citus takes its own
- *	  locks on the shards for the trigger DDL and create_distributed_table.
- *
- *	  Partitioned tables are refused: a row moved to another partition is
- *	  inserted there anew, which would have to be an initial state.  A
- *	  table with inheritance children is refused unless every child is
- *	  guarded alike (an UPDATE of the parent reaches their rows).
- *
- *	  Citus (docs/citus.md): on a hash-distributed table the same triggers
- *	  are created through Citus, with citus.enable_unsafe_triggers set for
- *	  the duration of the call only (a GUC nest level, as a function's SET
- *	  clause), so that
- *	  Citus creates them on every shard placement; idem_unguard drops them
- *	  the same way.  With history, the log trigger takes a fifth argument,
- *	  the history table <table>_transitions that idem_guard creates (or
- *	  reuses) co-located with the guarded table, distributed by a first
- *	  column like the table's distribution column; guard_trigger.c writes
- *	  each change into its shard co-located with the row's.  Other Citus
- *	  tables (reference, Citus local, ...) are refused (citus.c), and so is
- *	  the distribution column as status or version column.
- *
- *	  Visibility: the triggers are created and dropped through SPI in the
- *	  caller's transaction, so a guard appears or goes away at its commit,
- *	  like any CREATE TRIGGER; idem_guards_of_machine reads pg_trigger with
- *	  the statement's snapshot (READ COMMITTED: a guard committed while
- *	  idem_machine_drop waited is seen).
- *
- *	  Memory: names and statements are built in the caller's context; SPI
- *	  releases its own at SPI_finish.  Nothing is kept across calls.
+ *	  Locking: the TRIGGER privilege is checked first, so nobody can lock a
+ *	  table they may not guard; then idem_guard takes ShareRowExclusiveLock
+ *	  (as CREATE TRIGGER), idem_unguard AccessExclusiveLock (DROP TRIGGER).
+ *	  Citus (docs/citus.md): only hash-distributed tables, not by the status
+ *	  or version column; citus.enable_unsafe_triggers is set for the call
+ *	  only (a GUC nest level); history goes to a co-located
+ *	  <table>_transitions.  Visibility: DDL through SPI in the caller's
+ *	  transaction, so a guard appears or goes at its commit.  Memory: the
+ *	  caller's context and SPI's; nothing is kept across calls.
  *
  *-------------------------------------------------------------------------
  */

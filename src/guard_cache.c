@@ -5,48 +5,36 @@
  *	  each trigger OID, what its arguments and the guarded table say
  *	  (attribute numbers, types, role, the machine's name and a
  *	  generation-checked pointer to the compiled machine, the history
- *	  plan).  Used by guard_trigger.c at every firing.  What a real guard
- *	  trigger is, guard_shape.c decides (idem_guard_trigger_is_real).
+ *	  plan), used by guard_trigger.c at every firing.  On a Citus shard the
+ *	  entry names the distributed table, in messages and history, and keeps
+ *	  the shard's hash range.  What a real guard trigger is, guard_shape.c
+ *	  decides.
  *
- *	  Calls: guard_shape.c (is the trigger a real guard), machine.c and machine_cache.c (idem_check_machine_name,
- *	  idem_machine_get), citus.c (is the firing relation a Citus shard: then
- *	  the entry names the distributed table, in messages and history, and
- *	  keeps the shard's hash range for the history), guard_error.c (the
- *	  errors of a build), query.c, relcache.c (the cache subscribes at
- *	  load, idem_guard_cache_init); called by guard_trigger.c, guard.c and
- *	  guard_install.c.
- *
- *	  Cache: trigger OID -> GuardEntry *, in a dynahash in
- *	  CacheMemoryContext, found through fn_extra without a hash lookup.  A
- *	  relcache callback marks the entries of an invalidated relation stale
- *	  (ALTER TABLE, CREATE/DROP TRIGGER, GRANT and DROP TABLE all
- *	  invalidate it); they are rebuilt or freed at the next trigger call,
- *	  never inside the callback.  An entry in use (busy, a count: the
- *	  trigger runs user code -- casts in the history INSERT, triggers,
- *	  policies -- that can fire the same trigger again, nested) is never
- *	  freed: a stale busy entry leaves the hash for the orphan list and is
- *	  freed by a later sweep once nobody uses it.  An entry built while an
+ *	  Cache: trigger OID -> GuardEntry *, a dynahash in CacheMemoryContext,
+ *	  reached through fn_extra without a hash lookup.  The relcache callback
+ *	  marks an invalidated relation's entries stale (ALTER TABLE, CREATE and
+ *	  DROP TRIGGER, GRANT, DROP TABLE); they are rebuilt or freed at the
+ *	  next trigger call, never inside the callback.  An entry built while an
  *	  invalidation arrived is used once, not kept valid.  Per row there is
  *	  no catalog access.
  *
- *	  Identity of the guarded column: the column the trigger depends on in
- *	  pg_depend (through its WHEN condition), which follows the column
- *	  through renames as the WHEN condition does; the name in the trigger's
- *	  arguments must still name that column, else the guard refuses to run
- *	  (a renamed column and a new one of the old name cannot be confused).
+ *	  Invariant (docs/security.md, "re-entrancy is counted, not flagged"):
+ *	  an entry in use is counted busy, since user code inside the trigger
+ *	  (history casts, triggers, policies) can fire it again, nested; a busy
+ *	  entry is never freed: a stale one moves to the orphan list and a later
+ *	  sweep frees it once nobody uses it.
  *
- *	  Errors met while building an entry (a guarded column renamed,
- *	  dropped or retyped since idem_guard) are raised inside the user's
- *	  statement, so their messages begin with what the user did
- *	  ("guarded update of public.orders", idem_guard_doing in
- *	  guard_error.c), not with idem_guard.
+ *	  Column identity: the column the trigger depends on in pg_depend
+ *	  (through its WHEN condition), which follows renames; the name in the
+ *	  arguments must still name it, else the guard refuses to run, so a
+ *	  renamed column and a new one of the old name are never confused.
+ *	  Errors of a build are raised inside the user's statement and worded
+ *	  by guard_error.c ("guarded update of public.orders").
  *
- *	  Locking: none of its own; an entry is built while the trigger's
- *	  statement holds its lock on the table, so the descriptor it reads
- *	  cannot change under it.
- *
- *	  Memory: each entry, its strings and arrays live in its own context
- *	  under CacheMemoryContext; its log plan is a saved SPI plan.
+ *	  Locking: none of its own; an entry is built while the statement holds
+ *	  its lock on the table, so the descriptor cannot change under it.
+ *	  Memory: each entry in its own context under CacheMemoryContext; its
+ *	  log plan is a saved SPI plan.
  *
  *-------------------------------------------------------------------------
  */

@@ -7,8 +7,8 @@
  *	  (the user never called idem_guard), the refusal of a status change
  *	  (ID004, worded by the verdict of idem_guard_verdict, machine.c, the
  *	  same rule the WHEN condition applied), and the 39P01 of a trigger
- *	  that idem_guard did not make.  Calls machine.c for the lists and
- *	  hints of the messages.
+ *	  that idem_guard did not make.  The states its messages list and
+ *	  its hints are read from the machine itself (machine.c).
  *
  *	  Locking, visibility: none; the error rolls the user's statement
  *	  back.  Memory: messages are built in the trigger's call context.

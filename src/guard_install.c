@@ -9,12 +9,12 @@
  *	  idem_guards_of_machine, the list idem_machine_drop (transition.c)
  *	  refuses with.  guard.c's header describes the triggers and why.
  *
- *	  Calls: guard_shape.c (idem_guard_trigger_is_real, the one test of a
- *	  real guard trigger, and the check triggers' WHEN conditions;
- *	  idem_guard_allows_oid), citus.c, query.c.
- *	  Called by guard.c and transition.c; nothing here calls them back.
+ *	  A found trigger counts only if guard_shape.c's
+ *	  idem_guard_trigger_is_real says so, and the check triggers' WHEN
+ *	  conditions are guard_shape.c's: the one definition of the shape.
  *
- *	  Invariant: generated SQL binds only to the extension's
+ *	  Invariant (docs/security.md, "generated SQL binds only to our
+ *	  objects"): generated SQL binds only to the extension's
  *	  and pg_catalog's objects: functions schema-qualified, operators as
  *	  OPERATOR(pg_catalog.x), every argument cast to the declared type, so
  *	  no overload a role with CREATE on some schema made beforehand can

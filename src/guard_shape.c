@@ -17,9 +17,6 @@
  *	  enforces nothing).  The generated SQL binds only to the extension's
  *	  and pg_catalog's objects (schema-qualified, every argument cast).
  *
- *	  Calls: nothing of the extension's; called by guard_cache.c,
- *	  guard_install.c, guard_trigger.c and guard.c.
- *
  *	  Locking: a check trigger's shape opens its table with
  *	  AccessShareLock (held to the end of the transaction; its callers
  *	  mostly hold a stronger lock already).  Memory: a parse of the

@@ -3,51 +3,38 @@
  * guard_trigger.c
  *	  The run time of a table guard, inside the user's own INSERT or
  *	  UPDATE of a guarded table: idem_guard_allows, the function of the
- *	  WHEN condition of the triggers guard_install.c creates (a legal row
- *	  costs this one call), and idem_guard_trigger, the C trigger that
- *	  fires when the WHEN condition said no.  Both apply the one rule of
- *	  a guard, idem_guard_verdict (machine.c).
+ *	  triggers' WHEN condition (a legal row costs this one call), and
+ *	  idem_guard_trigger, which fires only when that said no.  Both apply
+ *	  the one rule of a guard, idem_guard_verdict (machine.c).
  *
- *	  Roles (the fourth trigger argument): "check", an AFTER trigger that
- *	  fires only when the WHEN condition (idem_guard_allows) said no,
- *	  finds out why (the same idem_guard_verdict) and raises ID004
- *	  (guard_error.c words it),
- *	  or 27000 when the version did not follow the status; "version", a
- *	  BEFORE UPDATE trigger that sets the version column to the old version
- *	  + 1 on every change of the status; "children", a statement trigger
- *	  that refuses an UPDATE reaching an unguarded inheritance child; "log",
- *	  an AFTER trigger that appends each change to idem_transition_log
- *	  through a saved plan, or, for a guard
- *	  on a Citus distributed table, to the history table named by its fifth
- *	  argument: on a shard, directly into the placement of that table's
- *	  co-located shard on this node (citus.c finds it in pg_dist_shard), a
- *	  local INSERT in the shard's own transaction, never a distributed query
- *	  from the shard.
+ *	  Roles (the fourth trigger argument): "check" finds out why and raises
+ *	  ID004 (worded by guard_error.c), or 27000 when the version did not
+ *	  follow the status; "version" (BEFORE UPDATE) sets the version column
+ *	  to the old version + 1 on each change of the status; "children" (per
+ *	  statement) refuses an UPDATE reaching an unguarded inheritance child;
+ *	  "log" appends each change to idem_transition_log through a saved
+ *	  plan, or, on a Citus shard, to the placement on this node of the
+ *	  history table's co-located shard (the fifth argument): a local INSERT
+ *	  in the shard's own transaction, never a distributed query.  A trigger
+ *	  that is not a real guard (guard_shape.c) raises 39P01.
  *
- *	  Calls: guard_cache.c for the trigger's entry and its machine,
- *	  machine_cache.c for idem_guard_allows's machine (idem_machine_of_call,
- *	  cached in fn_extra), machine.c's verdict, guard_error.c for the
- *	  errors, citus.c for the history shard, query.c; nothing calls back
- *	  here (PostgreSQL calls both functions).
+ *	  Errors are raised inside the user's statement, which rolls back;
+ *	  messages begin with what the user did ("guarded update of <table>"),
+ *	  since the user never called idem_guard.  Locking and visibility: none
+ *	  beyond the statement's; the history INSERT runs through SPI in the
+ *	  same transaction, committing or rolling back with its change.
  *
- *	  Errors: raised inside the user's statement, which rolls back.  Their
- *	  messages begin with what the user did, "guarded update of <table>"
- *	  or "guarded insert into <table>", since the user never called
- *	  idem_guard.
+ *	  Invariants (docs/security.md, "pinned or copied" and "re-entrancy is
+ *	  counted"): user code runs inside this trigger (a cast to json of the
+ *	  key in the history INSERT, triggers and policies that INSERT fires)
+ *	  and can fire it again, nested.  Each call counts its entry busy and
+ *	  pins the machines (PG_TRY), so a nested call that invalidates them
+ *	  frees nothing the outer call still uses; column values are fetched
+ *	  (detoasted) before the machine is looked up.  idem_guard_allows keeps
+ *	  its machine in fn_extra, checked against the generation.
  *
- *	  Locking and visibility: none beyond the user's statement's; the
- *	  history INSERT runs through SPI in the same transaction, so it
- *	  commits or rolls back with the change it records.
- *
- *	  Re-entrancy (invariant): user code runs inside this trigger (a cast
- *	  to json of the key in the history INSERT, triggers and policies that
- *	  INSERT fires) and can fire it again, nested.  Each call counts its
- *	  entry busy and pins the machines (PG_TRY), so a nested call that
- *	  invalidates them frees nothing the outer call still uses.  Column
- *	  values are fetched (detoasted) before the machine is looked up.
- *
- *	  Memory: per-row work is in the trigger's call context; the history
- *	  plan and the entry belong to guard_cache.c.
+ *	  Memory: per-row work in the trigger's call context; the history plan
+ *	  and the entry belong to guard_cache.c.
  *
  *-------------------------------------------------------------------------
  */

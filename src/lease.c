@@ -1,46 +1,37 @@
 /*-------------------------------------------------------------------------
  *
  * lease.c
- *	  Two-phase records for work with outside side effects: idem_begin
- *	  (lease_begin.c), idem_heartbeat, idem_effect_started, idem_finish,
- *	  idem_fail and idem_await (lease_await.c, with the session check).
+ *	  Two-phase records for work with outside side effects: idem_heartbeat,
+ *	  idem_effect_started, idem_finish and idem_fail here; idem_begin in
+ *	  lease_begin.c, idem_await and the session check in lease_await.c.
  *
  *	  Model: idem_begin, committed on its own, records the key as
- *	  'in_progress' with a lease (locked_until) and a fencing token taken
- *	  from idem_token_seq, so every token is greater than any issued before
- *	  it for any key, across expiry, purge and dump/restore.  Only the
- *	  holder of the current token may heartbeat, finish or fail the record;
- *	  every such call is one UPDATE whose WHERE clause names the token, so
- *	  a stale worker whose lease was taken over changes nothing and gets
- *	  ID003 (lease lost).
+ *	  'in_progress' with a lease (locked_until) and a fencing token from
+ *	  idem_token_seq, greater than any issued before for any key, across
+ *	  expiry, purge and dump/restore.  Only the holder of the current token
+ *	  may heartbeat, finish or fail the record: each is one UPDATE whose
+ *	  WHERE names the token, so a stale worker whose lease was taken over
+ *	  changes nothing and gets ID003 (lease lost).
  *
- *	  Locking and visibility: the dedup decision is made by the primary key
- *	  through INSERT ... ON CONFLICT DO NOTHING, exactly as in idem_claim
- *	  (lease_begin.c).  Takeovers re-check their condition on the newest
- *	  row version, so of two racing workers exactly one acquires.
+ *	  Locking and visibility: the key's primary key decides, as for
+ *	  idem_claim; takeovers re-check their condition on the newest row
+ *	  version, so of two racing workers exactly one acquires.
  *
- *	  Leases bound to a session (idem_begin's bind_to_session): the record
- *	  names its owner by owner_pid and owner_start (the backend's pid and
- *	  start time, which no later backend shares; a server restart ends
- *	  every one).  A begin that meets a live bound lease whose owner
- *	  session is gone (lease_await.c, idem_session_alive) takes it over at
- *	  once, by the takeover UPDATE whose WHERE names that dead owner, so
- *	  the newest row version decides again.  An unbound lease, or one
+ *	  Sessions (bind_to_session): the record names its owner by owner_pid
+ *	  and owner_start, which no later backend shares and a restart ends.
+ *	  A live bound lease whose owner is gone is taken over at once, by the
+ *	  UPDATE whose WHERE names that dead owner; an unbound lease, or one
  *	  whose owner lives, is taken over by time only.
  *
- *	  The unknown outcome: idem_effect_started stamps effect_started_at
- *	  on the current attempt; a takeover of an in-progress lease so marked
- *	  records that attempt in effect_unknown_attempt (kept until the
- *	  record expires), and idem_begin tells every later owner
- *	  effect_unknown.
+ *	  The unknown outcome: idem_effect_started stamps effect_started_at on
+ *	  the current attempt; a takeover of a lease so marked records it in
+ *	  effect_unknown_attempt (kept until the record expires), and
+ *	  idem_begin tells every later owner effect_unknown.
  *
- *	  The setting idempotency.max_attempts (how many retryable failures
- *	  before a record is failed for good) is defined here, from module.c's
- *	  _PG_init (idem_lease_init).  Calls query.c, spi_read.c, shard.c
- *	  (the _at twins), args.c, stats.c; nothing calls back.
- *
- *	  Memory: everything is in the caller's context or SPI's, which
- *	  SPI_finish releases; results are copied out with SPI_datumTransfer.
+ *	  idempotency.max_attempts (retryable failures before a record is
+ *	  failed for good) is defined here, at every load.  Memory: the
+ *	  caller's context or SPI's, which SPI_finish releases; results are
+ *	  copied out with SPI_datumTransfer.
  *
  *-------------------------------------------------------------------------
  */

@@ -2,7 +2,7 @@
  *
  * lease_await.c
  *	  idem_await, and the check that a lease's owner session still exists
- *	  (idem_session_alive), which idem_begin (lease.c) shares.
+ *	  (idem_session_alive), which idem_begin (lease_begin.c) shares.
  *
  *	  idem_await holds no lock while it waits: it polls the record with a
  *	  fresh snapshot per look (READ COMMITTED), sleeping on its latch, and
@@ -21,8 +21,6 @@
  *	  Reading it takes this backend's snapshot of the array afresh
  *	  (pgstat_clear_backend_activity_snapshot): the caller's view of
  *	  pg_stat_activity in the same transaction is refreshed with it.
- *
- *	  Calls query.c, spi_read.c, args.c; called by lease.c.
  *
  *	  Memory: each look allocates in a context reset before the next;
  *	  the result is copied out with SPI_datumTransfer.

@@ -18,9 +18,6 @@
  *	  the library was installed, ALTER EXTENSION UPDATE not yet run) the
  *	  legacy statements run: the ones 0.5.0 ran, with no owner and no mark.
  *
- *	  Calls claim.c, claim_direct.c (idem_records_citus), citus.c, query.c,
- *	  spi_read.c, lease_await.c, args.c, stats.c; nothing calls back.
- *
  *	  Memory: everything is in the caller's context or SPI's, which
  *	  SPI_finish releases; the result is copied out with SPI_datumTransfer.
  *

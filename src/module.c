@@ -6,18 +6,14 @@
  *	  no file of src/ calls into this one, so the calls between the files
  *	  form no circle (test/scripts/structure.sh checks that).
  *
- *	  What _PG_init does, in order:
- *	  - defines every idempotency.* setting, each in the file that reads
- *	    it: default_ttl and autocommit_claims (args.c), log_duplicates
- *	    (claim.c), direct_claim (claim_direct.c), max_attempts (lease.c),
- *	    stats_max_scopes (stats.c, which also requests its shared memory
- *	    when preloaded), purge_naptime and purge_databases (purge_worker.c,
- *	    which also registers the launcher when preloaded) and
- *	    purge_batch_size and purge_delay (purge_round.c);
- *	  - reserves the prefix "idempotency", after the last of them;
- *	  - sets up query.c's invalidation callbacks, takes the relcache
- *	    callback (relcache.c) and subscribes the caches to it: shard.c,
- *	    claim_direct.c, claim_citus_local.c, machine_cache.c, guard_cache.c.
+ *	  Order, which a change must keep: first every idempotency.* setting,
+ *	  each defined by the file that reads it (docs/reference.md lists
+ *	  them; the preloaded ones also request shared memory or register the
+ *	  purge launcher); then MarkGUCPrefixReserved("idempotency"), after
+ *	  the last of them; then the invalidation callbacks: query.c's, the
+ *	  one relcache callback (relcache.c), and each cache's subscription to
+ *	  it.  A new setting is defined before the reservation, a new cache
+ *	  subscribes after relcache.c.
  *
  *	  Invariants: every setting is defined at every load, preloaded or
  *	  not, so that a SET or ALTER SYSTEM of one is judged by its real rules

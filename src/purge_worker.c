@@ -2,73 +2,39 @@
  *
  * purge_worker.c
  *	  Background purge of expired records in the databases listed in
- *	  idempotency.purge_databases: a launcher, and one short-lived purge
- *	  worker per database and round.
+ *	  idempotency.purge_databases: a launcher ("idempotency purge
+ *	  launcher", a static background worker connected to no database,
+ *	  registered by _PG_init when preloaded and the list is not empty)
+ *	  and, every purge_naptime, one short-lived "idempotency purge worker"
+ *	  per listed database that exists, accepts connections and has none
+ *	  running.  That worker connects, runs one round (purge_round.c:
+ *	  records first, then the outbox, a transaction per batch) and exits.
  *
- *	  Processes.  With the library in shared_preload_libraries and a
- *	  non-empty idempotency.purge_databases, _PG_init registers one static
- *	  background worker, the launcher ("idempotency purge launcher"),
- *	  connected to no database.  Every idempotency.purge_naptime it reads
- *	  pg_database and, for each listed database that exists, accepts
- *	  connections and has no purge worker running, starts a dynamic
- *	  background worker ("idempotency purge worker").  That worker connects
- *	  to its database, purges, and exits: a round.
+ *	  Why not a static worker per database: one whose database is missing
+ *	  is restarted forever (FATAL), and one never leaving its database
+ *	  blocks DROP DATABASE, RENAME and TEMPLATE.  A missing or closed
+ *	  database, or one without the extension, gets one WARNING, then quiet
+ *	  looks ("warned" lives in shared memory: each round is a process).
  *
- *	  Why not one static worker per database, connected for good: a static
- *	  worker whose database does not exist fails with FATAL while
- *	  connecting and is restarted by the postmaster, forever (an error
- *	  loop); and a session that never leaves its database makes DROP
- *	  DATABASE, ALTER DATABASE ... RENAME and CREATE DATABASE ... TEMPLATE
- *	  fail.  Here a missing database, or one that does not accept
- *	  connections, gets one WARNING from the launcher, which then looks
- *	  again every naptime, quietly, until that changes; and a database is
- *	  only connected to while a round runs.
+ *	  Errors: an ERROR in a worker is FATAL; it rolls back the batch and
+ *	  ends the round, and the next starts a naptime later: a persistent
+ *	  failure is reported once per naptime, never in a tight loop, never
+ *	  restarting the server.  A dead launcher is restarted after
+ *	  LAUNCHER_RESTART_SECONDS.
  *
- *	  A round (purge_round.c, idem_purge_round): idem_purge and then
- *	  idem_outbox_purge in batches, one transaction each.  If the extension
- *	  is not installed in the database: one WARNING, then quiet rounds until
- *	  it is (the "warned" flag lives in shared memory, because each round
- *	  is a new process).
+ *	  Uniqueness: shared memory holds one slot per listed database with
+ *	  its worker's pid (0: none), claimed by compare-and-swap before
+ *	  connecting and freed on_shmem_exit; a worker finding its slot taken
+ *	  exits.  The launcher starts one only for a free slot and when its
+ *	  last one has stopped, so a restarted launcher starts no second one.
  *
- *	  Errors: an ERROR in a background worker becomes FATAL (there is no
- *	  outer error handler), which aborts the batch's transaction and ends
- *	  the round's process; the launcher starts the next round one naptime
- *	  later, so a persistent failure is reported once per naptime, never in
- *	  a tight loop, and never restarts the server.  The records come first
- *	  in every round, so an outbox that fails to purge does not stop the
- *	  records' purge (its batches are committed by then).  The launcher
- *	  itself is restarted by the postmaster after LAUNCHER_RESTART_SECONDS if it dies.
- *
- *	  Uniqueness: shared memory holds one slot per listed database with the
- *	  pid of its running purge worker (0: none).  A worker claims its slot
- *	  with compare-and-swap before connecting and frees it at exit
- *	  (on_shmem_exit; a crash reinitialises shared memory); a worker that
- *	  finds its slot taken exits at once.  The launcher starts a worker only
- *	  for a free slot and when the worker it started last has stopped, so a
- *	  restarted launcher, which has lost its handles, starts no second one.
- *
- *	  Settings: idempotency.purge_databases is fixed at server start;
- *	  purge_naptime is re-read on SIGHUP by the launcher (naptime 0 stops
- *	  purging: the launcher sleeps until the next reload); purge_batch_size
- *	  and purge_delay belong to purge_round.c, which re-reads them between
- *	  batches.
- *
- *	  Signals: SIGHUP sets ConfigReloadPending; SIGTERM is die(), so both
- *	  processes end at the next CHECK_FOR_INTERRUPTS, also in the middle of
- *	  a batch (which then rolls back).  Every wait is WaitLatch with
- *	  WL_EXIT_ON_PM_DEATH.
- *
- *	  Misconfiguration: purge_databases set while the library is loaded
- *	  after startup (not in shared_preload_libraries) starts no launcher;
- *	  the load says so with a WARNING, in the server log and to the session,
- *	  instead of leaving the records to pile up in silence.  The SQL
- *	  function idem_purge_worker() tells a session whether a worker purges
- *	  its database ('on', 'paused', 'off', 'not preloaded'); the view
- *	  idem_health (sql/idempotency_stats.sql) builds on it.
- *
- *	  Memory: the launcher allocates the database list and the worker
- *	  handles once in TopMemoryContext and everything per round in a
- *	  context reset after each; a round's allocations are per transaction.
+ *	  Settings and signals: purge_databases is fixed at start; naptime is
+ *	  re-read on SIGHUP (0 pauses).  SIGTERM is die(): both processes end
+ *	  at the next CHECK_FOR_INTERRUPTS; every wait is WaitLatch with
+ *	  WL_EXIT_ON_PM_DEATH.  purge_databases set without preloading starts
+ *	  nothing and says so with a WARNING at load; idem_purge_worker() tells
+ *	  a session the state.  Memory: the launcher's list and handles in
+ *	  TopMemoryContext, a round's work in a context reset after each.
  *
  *-------------------------------------------------------------------------
  */

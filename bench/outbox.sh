@@ -1,4 +1,4 @@
-# Sourced by bench/run.sh (not run on its own): the outbox pairs of issue 24
+# Sourced by bench/run.sh (not run on its own): the outbox pairs
 # (docs/outbox.md, docs/performance.md#outbox).  Everything about them is
 # here; run.sh calls these functions from its generic code (one hook line
 # each: pair names, database, script, clients, operations per transaction,

@@ -1,6 +1,6 @@
 
 --------------------------------------------------------------------------
--- Outbox and inbox (issue 24; docs/outbox.md)
+-- Outbox and inbox (docs/outbox.md)
 --------------------------------------------------------------------------
 
 -- Written once, in SQL and PL/pgSQL, for both editions (the portable

@@ -1,7 +1,7 @@
 -- Claims here stand alone in autocommit (idempotency.autocommit_claims
 -- defaults to error; test/sql/silent_traps.sql tests that).
 SET idempotency.autocommit_claims = allow;
--- The outbox and the inbox (issue 24): idem_outbox_id, idem_publish (bound
+-- The outbox and the inbox: idem_outbox_id, idem_publish (bound
 -- to the transaction's claim, to a named claim, or to an explicit key),
 -- idem_xact_claims, idem_outbox_topic, the pull API (idem_outbox_subscribe,
 -- idem_outbox_unsubscribe, idem_outbox_fetch, idem_outbox_ack, the view

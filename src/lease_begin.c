@@ -366,6 +366,8 @@ idem_begin(PG_FUNCTION_ARGS)
 
 	memset(nulls, 'n', sizeof(nulls));
 	memset(nulls, ' ', 9);
+	/* $12: the token a Citus takeover draws first (begin_takeover_for) */
+	nulls[11] = ' ';
 	idem_claim_params(values, nulls, scope, key, fp, now, expires);
 	values[5] = TimestampTzGetDatum(locked_until);
 	values[6] = IntervalPGetDatum(lease);

@@ -1070,7 +1070,7 @@ BEGIN
     END IF;
     now_ := pg_catalog.clock_timestamp();
 
-    PERFORM @extschema@.idem_outbox_advance(NULL);
+    PERFORM @extschema@.idem_outbox_advance(NULL::pg_catalog.text);
 
     -- The topics of the table, one index probe each.
     FOR t IN
@@ -3026,3 +3026,35 @@ COMMENT ON FUNCTION @extschema@.idem_revoke(pg_catalog.regrole) IS
 REVOKE ALL ON FUNCTION @extschema@.idem_grant(pg_catalog.regrole, pg_catalog.text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.idem_revoke(pg_catalog.regrole) FROM PUBLIC;
 
+-- inbox: idem_inbox's claim passes its scope typed.
+CREATE OR REPLACE FUNCTION @extschema@.idem_inbox(
+    consumer pg_catalog.text,
+    message_id pg_catalog.uuid,
+    ttl pg_catalog.interval DEFAULT NULL,
+    fingerprint pg_catalog.text DEFAULT NULL)
+RETURNS pg_catalog.bool
+LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE
+AS $$
+BEGIN
+    IF idem_inbox.consumer IS NULL THEN
+        RAISE EXCEPTION 'idem_inbox: consumer must not be null' USING ERRCODE = '22004';
+    END IF;
+    IF pg_catalog.octet_length(idem_inbox.consumer) OPERATOR(pg_catalog.=) 0 THEN
+        RAISE EXCEPTION 'idem_inbox: consumer must not be empty' USING ERRCODE = '22023';
+    END IF;
+    IF pg_catalog.octet_length(idem_inbox.consumer) OPERATOR(pg_catalog.>) 120 THEN
+        RAISE EXCEPTION 'idem_inbox: consumer is too long'
+            USING ERRCODE = '22001',
+                  DETAIL = pg_catalog.format('The consumer is %s bytes; the limit is 120 bytes.', pg_catalog.octet_length(idem_inbox.consumer));
+    END IF;
+    IF idem_inbox.message_id IS NULL THEN
+        RAISE EXCEPTION 'idem_inbox: message_id must not be null' USING ERRCODE = '22004';
+    END IF;
+    IF pg_catalog.current_setting('transaction_read_only') OPERATOR(pg_catalog.=) 'on' THEN
+        RAISE EXCEPTION 'cannot execute idem_inbox() in a read-only transaction' USING ERRCODE = '25006';
+    END IF;
+    RETURN @extschema@.idem_claim(('inbox:' OPERATOR(pg_catalog.||) idem_inbox.consumer)::pg_catalog.text,
+                                  idem_inbox.message_id::pg_catalog.text,
+                                  idem_inbox.ttl, idem_inbox.fingerprint);
+END
+$$;

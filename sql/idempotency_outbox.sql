@@ -1465,7 +1465,7 @@ BEGIN
     IF pg_catalog.current_setting('transaction_read_only') OPERATOR(pg_catalog.=) 'on' THEN
         RAISE EXCEPTION 'cannot execute idem_inbox() in a read-only transaction' USING ERRCODE = '25006';
     END IF;
-    RETURN @extschema@.idem_claim('inbox:' OPERATOR(pg_catalog.||) idem_inbox.consumer,
+    RETURN @extschema@.idem_claim(('inbox:' OPERATOR(pg_catalog.||) idem_inbox.consumer)::pg_catalog.text,
                                   idem_inbox.message_id::pg_catalog.text,
                                   idem_inbox.ttl, idem_inbox.fingerprint);
 END

@@ -534,7 +534,7 @@ BEGIN
     END IF;
     EXECUTE pg_catalog.format('LOCK TABLE %I.idem_portable_version IN EXCLUSIVE MODE', target);
     EXECUTE pg_catalog.format('SELECT pg_catalog.max(version) FROM %I.idem_portable_version', target) INTO have;
-    IF have IS DISTINCT FROM '$from' THEN
+    IF have IS NULL OR have OPERATOR(pg_catalog.<>) '$from' THEN
         RAISE EXCEPTION 'idempotency: schema "%" has version %, and this script upgrades version $from to $to', target, COALESCE(have, 'none')
             USING ERRCODE = '55000',
                   HINT = CASE WHEN have OPERATOR(pg_catalog.=) '$to' THEN 'The schema has version $to already: nothing to do.'

@@ -399,7 +399,7 @@ BEGIN
             SELECT a.backend_start INTO own_start
               FROM pg_catalog.pg_stat_get_activity(pg_catalog.pg_backend_pid()) AS a;
             IF rec_owner_pid OPERATOR(pg_catalog.<>) pg_catalog.pg_backend_pid()
-               OR rec_owner_start IS DISTINCT FROM own_start THEN
+               OR own_start IS NULL OR NOT (rec_owner_start OPERATOR(pg_catalog.=) own_start) THEN
                 RAISE EXCEPTION 'idem_effect_started: the lease is bound to another session'
                     USING ERRCODE = '55000',
                           DETAIL = pg_catalog.format('Key "%s" in scope "%s" was begun with bind_to_session by the session of process %s started at %s; this is process %s.',

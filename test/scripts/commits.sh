@@ -12,8 +12,8 @@
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 
-# The commit that adopted the style (0.6.0 begins); later ones are checked.
-base=${IDEM_COMMITS_BASE:-83ee602e01343acc109ca98cc73e1306151d0eab}
+# The last commit before `make lint` checked the style; later ones are.
+base=${IDEM_COMMITS_BASE:-a51cc5159294de64d727d6ee4da70ce9a9c094f7}
 
 if ! git rev-parse --git-dir >/dev/null 2>&1; then
     echo "commits: not a git checkout, nothing to check"
@@ -32,7 +32,8 @@ while IFS= read -r c; do
     problems=()
     [ "${#subject}" -le 72 ] || problems+=("subject of ${#subject} characters (at most 72)")
     case $subject in *.) problems+=("subject ends with a period");; esac
-    case $subject in [a-z]*) problems+=("subject starts in lower case");; esac
+    # A lower-case start is a path or area prefix ("docs/http.md: ...") or wrong.
+    case $subject in [a-z]*) [[ $subject =~ ^[a-z0-9_./-]+:\  ]] || problems+=("subject starts in lower case");; esac
     first=${subject%% *}
     case $first in
     Added|Adds|Adding|Fixed|Fixes|Fixing|Moved|Moves|Updated|Updates|Removed|Removes|Changed|Changes|Made|Makes|Renamed|Renames|Improved|Improves)

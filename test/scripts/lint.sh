@@ -39,14 +39,17 @@
 #               first its self-test: test/lint/bad.sql must give exactly the
 #               findings of test/lint/bad.expected, test/lint/good.sql none.
 #
-#   LINT_TOOLS="cppcheck clang-tidy sql structure"   run only some of the tools
+#   commits     test/scripts/commits.sh: the subjects and bodies of the commits
+#               made since the commit style was adopted (CONTRIBUTING.md)
+#
+#   LINT_TOOLS="cppcheck clang-tidy sql structure commits"   run only some of the tools
 #   LINT_JOBS=N                        parallel jobs (default: nproc)
 set -u
 . "$(dirname "$0")/harness.sh"
 
 idem_setup cppcheck clang-tidy
 
-tools=${LINT_TOOLS:-"cppcheck clang-tidy sql structure"}
+tools=${LINT_TOOLS:-"cppcheck clang-tidy sql structure commits"}
 jobs=${LINT_JOBS:-$(nproc 2>/dev/null || echo 2)}
 inc_server=$("$IDEM_PG_CONFIG" --includedir-server)
 inc=$("$IDEM_PG_CONFIG" --includedir)
@@ -166,6 +169,10 @@ for tool in $tools; do
             status=1
         fi
         idem_cluster_stop
+        ;;
+    commits)
+        idem_log "commit style (test/scripts/commits.sh)"
+        bash "$IDEM_TOP/test/scripts/commits.sh" || status=1
         ;;
     structure)
         idem_log "structure of src/ (test/scripts/structure.sh)"

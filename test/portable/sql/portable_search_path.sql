@@ -154,7 +154,6 @@ SELECT idem_purge() OPERATOR(pg_catalog.>=) 0 AS purged;
 SELECT idem_outbox_subscribe('sp_c', 'sp_t', true);
 SELECT idem_publish('sp_t', '{"n": 1}', key => 'sp_k') IS NOT NULL AS published;
 SELECT idem_outbox_ack('sp_c', f.id) FROM idem_outbox_fetch('sp_c') AS f;
-SELECT idem_outbox_advance('sp_c') IS NOT NULL AS advanced;
 SELECT idem_outbox_purge() OPERATOR(pg_catalog.>=) 0 AS outbox_purged;
 
 RESET search_path;

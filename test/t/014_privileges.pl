@@ -8,6 +8,9 @@
 #      reads; idem_begin needs USAGE on idem_token_seq; release and purge
 #      need DELETE; machine definitions and guards need EXECUTE and the
 #      table privileges; history needs INSERT on idem_transition_log;
+#      idem_grant's levels: 'write' gives leases, bound leases and
+#      idem_effect_started but neither the outbox, idem_maintain nor
+#      machines, 'define' adds machines, idem_revoke takes them back;
 #   3. row-level security isolates tenants for leases, batches and tokens
 #      too: another tenant's records are invisible, untouchable and never
 #      claimed twice;
@@ -114,9 +117,36 @@ my %calls = (
 	'idem_outbox_ack(text,uuid)' => [ [ q{SELECT idem_outbox_ack('c','00000000-0000-8000-8000-000000000000')}, '42501' ] ],
 	'idem_inbox(text,uuid,interval,text)' => [ [ q{SELECT idem_inbox('c','00000000-0000-8000-8000-000000000001')}, '42501' ] ],
 	'idem_outbox_purge(integer)' => [ [ q{SELECT idem_outbox_purge()}, '42501' ] ],
+	'idem_outbox_ack_many(text,uuid[])' =>
+	  [ [ q{SELECT idem_outbox_ack_many('c', ARRAY['00000000-0000-8000-8000-000000000000']::uuid[])}, '42501' ] ],
+	# Not public: they grant.
+	'idem_outbox_grant(regrole,text,text,text)' => [
+		[ q{SELECT idem_outbox_grant('nobody', 'publish', 't')}, '42501' ],
+		[ q{SELECT has_function_privilege('idem_outbox_grant(regrole,text,text,text)', 'EXECUTE')}, 'ok:f' ],
+	],
+	'idem_outbox_revoke(regrole,text,text,text)' => [
+		[ q{SELECT idem_outbox_revoke('nobody', 'publish', 't')}, '42501' ],
+		[ q{SELECT has_function_privilege('idem_outbox_revoke(regrole,text,text,text)', 'EXECUTE')}, 'ok:f' ],
+	],
+	# Not public: it purges (the extension's owner schedules it).  The
+	# purges would refuse anyway; has_function_privilege pins the REVOKE.
+	'idem_maintain(integer)' => [
+		[ q{SELECT idem_maintain()}, '42501' ],
+		[ q{SELECT has_function_privilege('idem_maintain(integer)', 'EXECUTE')}, 'ok:f' ],
+	],
+	# Public by design: they only say who purges and what waits; a count
+	# the caller may not read is NULL.
+	'idem_purge_worker()' => [ [ q{SELECT idem_purge_worker()}, 'ok:not preloaded' ] ],
+	'idem_health()' => [
+		[ q{SELECT string_agg(part || ':' || coalesce(waiting::text, 'null'), ',' ORDER BY part) FROM idem_health()}, 'ok:outbox:null,records:null' ],
+		[ q{SELECT count(*) FROM idem_health}, 'ok:2' ],
+	],
 	'idem_http_parse_key(text)' => [ [ q{SELECT idem_http_parse_key('"k"')}, 'ok:k' ] ],
 	'idem_http_problem(integer,text,text,text,text,jsonb)' => [ [ q{SELECT (idem_http_problem(409, 'x')).status}, 'ok:409' ] ],
 	'idem_http_result(integer,jsonb,bytea,text[])' => [ [ q{SELECT idem_http_result(201) ->> 'status'}, 'ok:201' ] ],
+	'idem_http_check(integer,jsonb,text,text[])' => [ [ q{SELECT idem_http_check(201, '{}', NULL, NULL) ->> 'status'}, 'ok:201' ] ],
+	'idem_http_fingerprint(text,text,bytea,text,integer)' => [ [ q{SELECT idem_http_fingerprint('POST', '/p')},
+		'ok:idem-http/2 bf0c55601373c6c6a21d7a40e3207c209d0cf5d982f5ab8e448afe81a8643602' ] ],
 	'idem_http_begin(text,text,text,bytea,text,boolean,interval,text,text,integer)' =>
 	  [ [ q{SELECT idem_http_begin('done', 'POST', '/p', scope => 'sec')}, '42501' ] ],
 	'idem_http_finish(text,integer,jsonb,bytea,text,text[])' => [ [ q{SELECT idem_http_finish('done', 200, scope => 'sec')}, '42501' ] ],
@@ -136,10 +166,13 @@ my %calls = (
 	'idem_purge(integer)'            => [ [ q{SELECT idem_purge()}, '42501' ] ],
 	'idem_claim_many(text,text[],interval)' =>
 	  [ [ q{SELECT * FROM idem_claim_many('sec', ARRAY['new', 'done'])}, '42501' ] ],
-	'idem_begin(text,text,interval,interval,text)' => [
+	'idem_begin(text,text,interval,interval,text,boolean)' => [
 		[ q{SELECT * FROM idem_begin('sec', 'new')},  '42501' ],
 		[ q{SELECT * FROM idem_begin('sec', 'done')}, '42501' ],
+		[ q{SELECT * FROM idem_begin('sec', 'new', bind_to_session => true)}, '42501' ],
 	],
+	'idem_effect_started(text,text,bigint)' =>
+	  [ [ qq{SELECT idem_effect_started('sec', 'lease', $T)}, '42501' ] ],
 	'idem_heartbeat(text,text,bigint,interval)' =>
 	  [ [ qq{SELECT idem_heartbeat('sec', 'lease', $T)}, '42501' ] ],
 	'idem_finish(text,text,bigint,jsonb)' =>
@@ -184,7 +217,8 @@ my %calls = (
 	'idem_complete_at("any",text,text,jsonb)' => [ [ q{SELECT idem_complete_at(1, 'sec', 'done', '1')}, '55000' ] ],
 	'idem_lookup_at("any",text,text)' => [ [ q{SELECT idem_lookup_at(1, 'sec', 'done')}, '55000' ] ],
 	'idem_release_at("any",text,text)' => [ [ q{SELECT idem_release_at(1, 'sec', 'done')}, '55000' ] ],
-	'idem_begin_at("any",text,text,interval,interval,text)' => [ [ q{SELECT * FROM idem_begin_at(1, 'sec', 'new')}, '55000' ] ],
+	'idem_begin_at("any",text,text,interval,interval,text,boolean)' => [ [ q{SELECT * FROM idem_begin_at(1, 'sec', 'new')}, '55000' ] ],
+	'idem_effect_started_at("any",text,text,bigint)' => [ [ q{SELECT idem_effect_started_at(1, 'sec', 'lease', 1)}, '55000' ] ],
 	'idem_heartbeat_at("any",text,text,bigint,interval)' => [ [ q{SELECT idem_heartbeat_at(1, 'sec', 'lease', 1)}, '55000' ] ],
 	'idem_finish_at("any",text,text,bigint,jsonb)' => [ [ q{SELECT idem_finish_at(1, 'sec', 'lease', 1)}, '55000' ] ],
 	'idem_fail_at("any",text,text,bigint,jsonb,boolean)' => [ [ q{SELECT idem_fail_at(1, 'sec', 'lease', 1)}, '55000' ] ],
@@ -318,6 +352,38 @@ as_gives('gowner', q{INSERT INTO gs.mine VALUES (1, 'new'); SELECT 'ok'}, 'ok', 
 as_fails('gowner', q{UPDATE gs.mine SET status = 'nope'}, 'ID004', 'the guard holds for its owner');
 as_gives('gowner', q{SELECT idem_unguard('gs.mine', 'status'); SELECT 'unguarded'}, "\nunguarded",
 	'the owner may remove the guard');
+
+# idem_grant's levels.  'write': leases (bound to the session too), marking
+# an effect started, and the records' count in idem_health; not the outbox
+# (idem_outbox_grant gives it per topic and group), not idem_maintain, not
+# machines.  'define' adds machines; idem_revoke takes it all back.
+su(q{CREATE ROLE granted LOGIN; SELECT idem_grant('granted')});
+as_gives('granted', q{SELECT outcome FROM idem_begin('g', 'bound', lease => '1 hour', bind_to_session => true)},
+	'acquired', "idem_grant 'write': a lease bound to the session");
+as_gives('granted', q{SELECT token AS tok FROM idem_begin('g', 'effect', lease => '1 hour') \gset
+	SELECT idem_effect_started('g', 'effect', :tok) IS NOT NULL}, 't',
+	"idem_grant 'write': idem_effect_started marks the lease's effect");
+as_gives('granted', q{SELECT string_agg(part || ':' || coalesce(waiting::text, 'null'), ',' ORDER BY part) FROM idem_health},
+	'outbox:null,records:0', "idem_grant 'write': idem_health counts the records, not the outbox");
+for my $sql (
+	q{SELECT idem_maintain()},
+	q{SELECT idem_publish('t', '{}', key => 'k')},
+	q{SELECT idem_outbox_ack_many('c', ARRAY['00000000-0000-8000-8000-000000000000']::uuid[])},
+	q{SELECT idem_outbox_grant('granted', 'publish', 't')},
+	q{SELECT idem_outbox_revoke('granted', 'publish', 't')},
+	q{SELECT idem_machine_define('gm', '{"initial": ["a"], "transitions": {}}')})
+{
+	as_fails('granted', $sql, '42501', "idem_grant 'write': $sql fails with 42501");
+}
+su(q{SELECT idem_grant('granted', 'define')});
+as_gives('granted', q{SELECT idem_machine_define('gm', '{"initial": ["a"], "transitions": {}}')}, '',
+	"idem_grant 'define': idem_machine_define works");
+as_fails('granted', q{SELECT idem_maintain()}, '42501', "idem_grant 'define': idem_maintain still fails with 42501");
+su(q{SELECT idem_revoke('granted')});
+as_fails('granted', q{SELECT outcome FROM idem_begin('g', 'again')}, '42501',
+	'after idem_revoke, idem_begin fails with 42501');
+as_fails('granted', q{SELECT idem_machine_drop('gm')}, '42501',
+	'after idem_revoke, idem_machine_drop fails with 42501');
 
 #--------------------------------------------------------------------------
 # 3. Row-level security: tenants, for leases, batches and tokens.

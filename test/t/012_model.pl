@@ -269,6 +269,8 @@ sub op_complete
 		lit($scope), lit($key), lit($result));
 	my $e = check_scope($scope) // check_key($key);
 	return ($sql, [ 'ERR', $e ]) if $e;
+	# A NULL result is refused: it would replay nothing.
+	return ($sql, [ 'ERR', '22004' ]) unless defined $result;
 	my $r = $state->{recs}{ rk($scope, $key) };
 	return ($sql, [ 'ERR', 'ID002' ]) unless rec_live($r);
 	return ($sql, [ 'ERR', 'ID005' ]) if $r->{status} ne 'claimed';

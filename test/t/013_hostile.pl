@@ -116,7 +116,7 @@ my %null_rules = (
 	'idem_complete(text,text,jsonb)' => [
 		q{SELECT idem_claim('s', 'nk')},
 		[ q{'s'}, q{'nk'}, q{'{}'} ],
-		[ '22004', '22004', 'ok:' ]
+		[ '22004', '22004', '22004' ]
 	],
 	'idem_lookup(text,text)'  => [ '', [ q{'s'}, q{'nk'} ], [ '22004', '22004' ] ],
 	'idem_release(text,text)' => [ '', [ q{'s'}, q{'nk'} ], [ '22004', '22004' ] ],
@@ -125,10 +125,26 @@ my %null_rules = (
 		'', [ q{'s'}, q{ARRAY['a', 'b']}, q{'1 day'} ],
 		[ '22004', '22004', 'ok:2' ]
 	],
-	'idem_begin(text,text,interval,interval,text)' => [
-		'', [ q{'s'}, q{'nk'}, q{'1 minute'}, q{'1 day'}, q{'fp'} ],
-		[ '22004', '22004', '22004', 'ok:1', 'ok:1' ]
+	'idem_begin(text,text,interval,interval,text,boolean)' => [
+		'', [ q{'s'}, q{'nk'}, q{'1 minute'}, q{'1 day'}, q{'fp'}, 'true' ],
+		[ '22004', '22004', '22004', 'ok:1', 'ok:1', '22004' ]
 	],
+	'idem_effect_started(text,text,bigint)' => [
+		q{SELECT token AS tok FROM idem_begin('s', 'nk') \gset},
+		[ q{'s'}, q{'nk'}, ':tok' ],
+		[ '22004', '22004', '22004' ]
+	],
+	'idem_maintain(integer)' => [ '', ['10'], ['22004'] ],
+	'idem_outbox_ack_many(text,uuid[])' =>
+	  [ '', [ q{'c'}, q{ARRAY[gen_random_uuid()]} ], [ '22004', '22004' ] ],
+	'idem_outbox_grant(regrole,text,text,text)' => [ q{CREATE ROLE hostile_og},
+		[ q{'hostile_og'}, q{'publish'}, q{'t'}, q{'g'} ], [ '22004', '22023', '22023', 'ok' ] ],
+	'idem_outbox_revoke(regrole,text,text,text)' => [ q{CREATE ROLE hostile_or},
+		[ q{'hostile_or'}, q{'publish'}, q{'t'}, q{'g'} ], [ '22004', 'ok', 'ok', 'ok' ] ],
+	'idem_http_check(integer,jsonb,text,text[])' =>
+	  [ '', [ '200', q{'{}'}, q{'eA=='}, q{ARRAY['etag']} ], [ 'ok', 'ok', 'ok', 'ok' ] ],
+	'idem_http_fingerprint(text,text,bytea,text,integer)' =>
+	  [ '', [ q{'POST'}, q{'/p'}, q{'x'}, q{'text/plain'}, '2' ], [ '22004', '22004', 'ok', 'ok', '22004' ] ],
 	'idem_heartbeat(text,text,bigint,interval)' => [
 		q{SELECT token AS tok FROM idem_begin('s', 'nk') \gset},
 		[ q{'s'}, q{'nk'}, ':tok', q{'1 minute'} ],
@@ -212,8 +228,10 @@ my %null_rules = (
 	  [ '', [ '1', q{'s'}, q{'nk'} ], [ '55000', '55000', '55000' ] ],
 	'idem_release_at("any",text,text)' =>
 	  [ '', [ '1', q{'s'}, q{'nk'} ], [ '55000', '55000', '55000' ] ],
-	'idem_begin_at("any",text,text,interval,interval,text)' =>
-	  [ '', [ '1', q{'s'}, q{'nk'}, q{'1 minute'}, q{'1 day'}, q{'fp'} ], [ '55000', '55000', '55000', '55000', '55000', '55000' ] ],
+	'idem_begin_at("any",text,text,interval,interval,text,boolean)' =>
+	  [ '', [ '1', q{'s'}, q{'nk'}, q{'1 minute'}, q{'1 day'}, q{'fp'}, 'true' ], [ '55000', '55000', '55000', '55000', '55000', '55000', '55000' ] ],
+	'idem_effect_started_at("any",text,text,bigint)' =>
+	  [ '', [ '1', q{'s'}, q{'nk'}, '1' ], [ '55000', '55000', '55000', '55000' ] ],
 	'idem_heartbeat_at("any",text,text,bigint,interval)' =>
 	  [ '', [ '1', q{'s'}, q{'nk'}, '1', q{'1 minute'} ], [ '55000', '55000', '55000', '55000', '55000' ] ],
 	'idem_finish_at("any",text,text,bigint,jsonb)' =>
@@ -235,6 +253,8 @@ my %null_rules = (
 	'idem_stats()'             => [ '', [], [] ],
 	'idem_stats_reset()'       => [ '', [], [] ],
 	'idem_summary()'           => [ '', [], [] ],
+	'idem_health()'            => [ '', [], [] ],
+	'idem_purge_worker()'      => [ '', [], [] ],
 	'idem_cluster_stats()'     => [ '', [], [] ],
 	'idem_machines_trigger()'  => [ '', [], [] ],
 	'idem_guard_trigger()'     => [ '', [], [] ],);

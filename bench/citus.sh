@@ -60,6 +60,7 @@ citus_start_node() { # name
         "max_connections = 100" "max_prepared_transactions = 20" "fsync = on" \
         "shared_buffers = $BENCH_CITUS_SHARED_BUFFERS" "max_wal_size = 8GB" "min_wal_size = 1GB" \
         "checkpoint_timeout = 1d" "autovacuum = off" "log_min_messages = warning" \
+        "idempotency.autocommit_claims = allow" \
         | idem_as_pg tee -a "$dir/data/postgresql.conf" >/dev/null
     # BENCH_CITUS_CONF: more lines for every node, separated by ';'.
     [ -z "$BENCH_CITUS_CONF" ] || tr ';' '\n' <<<"$BENCH_CITUS_CONF" \

@@ -218,8 +218,8 @@ else
     cat "$SRC/create.out"
     fail "create" "CREATE EXTENSION failed or the version is not $ctl_version (${v:-none})"
 fi
-c1=$(idem_psql -At -c "SELECT idem_claim('s','k')" 2>&1)
-c2=$(idem_psql -At -c "SELECT idem_claim('s','k')" 2>&1)
+c1=$(idem_psql -At -c "BEGIN" -c "SELECT idem_claim('s','k')" -c "COMMIT" 2>&1)
+c2=$(idem_psql -At -c "BEGIN" -c "SELECT idem_claim('s','k')" -c "COMMIT" 2>&1)
 if [ "$c1" = t ] && [ "$c2" = f ]; then ok "claim" "t then f"; else fail "claim" "got '$c1' then '$c2', not t then f"; fi
 idem_cluster_stop
 

@@ -54,7 +54,9 @@ GUARDED_SQL=$(cat <<'SQL'
 -- The same handler with one line added: the dedup mark is written in the
 -- handler's own transaction, so it commits or rolls back with the credit.
 CREATE FUNCTION payment_callback(p_event text, p_order int, p_amount numeric)
-RETURNS text LANGUAGE plpgsql AS $$
+RETURNS text LANGUAGE plpgsql
+SET idempotency.autocommit_claims = allow   -- the claim and the credit are one call
+AS $$
 BEGIN
     IF NOT idem_claim('payment-callback', p_event,
                       fingerprint => jsonb_build_object('order', p_order, 'amount', p_amount)::text) THEN

@@ -21,6 +21,9 @@ use IPC::Run;
 
 my $pgbouncer = '/usr/sbin/pgbouncer';
 plan skip_all => 'pgbouncer is not installed' unless -x $pgbouncer;
+# Debian's PgBouncer speaks protocol 3.0 only; libpq of PostgreSQL 19 asks
+# for a newer one by default (older libpq ignores the variable).
+$ENV{PGMAXPROTOCOLVERSION} = '3.0';
 
 my $node = PostgreSQL::Test::Cluster->new('pooled');
 $node->init;

@@ -540,7 +540,7 @@ managed_step() {
                     fi
                     [ "$mg_ok" = 1 ] || { echo "the $path install as app_owner failed:"; cat "$dir/install-$path.log"; } >>"$problems"
                 fi
-                if [ "$have_cron" = 0 ] && grep -q 'cron\.' "$dir/managed-$n.sql"; then
+                if [ "$have_cron" = 0 ] && grep -qE 'pg_cron|(^|[^_a-z])cron[. ]' "$dir/managed-$n.sql"; then
                     echo "skip $n" >>"$dir/skipped-cron"; continue
                 fi
                 mg_block "$dir" "$n" "$path" "$problems"

@@ -2,9 +2,10 @@
 #
 # The version lives in idempotency.control only.  The current version's
 # install script is assembled from the sources below into
-# build/idempotency--$(EXTVERSION).sql; every committed
-# sql/idempotency--*.sql (the frozen scripts of earlier releases and the
-# upgrade scripts) is installed as it is.
+# build/idempotency--$(EXTVERSION).sql.  Installed as they are: the frozen
+# scripts of released versions, sql/released/idempotency--*.sql (never
+# edited: sql/released/SHA256SUMS), and the upgrade to the current version,
+# sql/idempotency--A--$(EXTVERSION).sql, until its release freezes it.
 #
 # This file must parse without pg_config (a fresh machine has none yet):
 # `make demo` and `make test` install what is missing first.
@@ -20,7 +21,7 @@ OBJS = $(patsubst %.c,%.o,$(sort $(wildcard src/*.c)))
 SQL_SOURCES = sql/idempotency.sql $(sort $(wildcard sql/idempotency_*.sql))
 
 DATA_built = build/idempotency--$(EXTVERSION).sql
-DATA = $(wildcard sql/idempotency--*.sql)
+DATA = $(wildcard sql/released/idempotency--*.sql sql/idempotency--*.sql)
 
 REGRESS = $(sort $(notdir $(basename $(wildcard test/sql/*.sql))))
 REGRESS_OPTS = --inputdir=test --load-extension=$(EXTENSION)
@@ -46,7 +47,7 @@ PGXS := $(shell $(PG_CONFIG) --pgxs 2>/dev/null)
 #                  names), and build/portable/idempotency--$(EXTVERSION).sql, the
 #                  extension script it wraps
 #                  and build/portable/idempotency-portable--A--B.sql, the plain
-#                  script's upgrade for each upgrade sql/idempotency--A--B.sql of
+#                  script's upgrade for each upgrade idempotency--A--B.sql of
 #                  the C edition from 0.5.0 on (generate.pl upgrade-list; frozen
 #                  in sql/released/portable/ once B is released)
 #   make tle       build/tle/idempotency--pgtle.sql, for a role in pgtle_admin
@@ -59,7 +60,7 @@ PGXS := $(shell $(PG_CONFIG) --pgxs 2>/dev/null)
 #                  and the catalog parity with the C edition
 # Released scripts are never edited: sql/released/SHA256SUMS lists them,
 # every run of generate.pl checks them; after a deliberate fix in place:
-#   perl sql/portable/generate.pl sum sql/idempotency--A--B.sql
+#   perl sql/portable/generate.pl sum sql/released/idempotency--A--B.sql
 PORTABLE_GEN = perl sql/portable/generate.pl
 # A--B of every portable upgrade (empty when generate.pl fails: then so
 # does every rule below, with its message).

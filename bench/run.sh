@@ -7,7 +7,7 @@
 # cannot change what is measured half-way), starts a throwaway cluster,
 # loads data, and runs each pair A/B with pgbench, interleaved (A, B, A,
 # B, ...), under synchronous_commit = off and on.  Prints the medians, the
-# ratio A/B against the issue's bar, WAL bytes per operation, and bytes per
+# ratio A/B against the project's bar, WAL bytes per operation, and bytes per
 # record of idem_records against the hand-written table.
 #
 # Files: this one (settings, build, cluster, loading, the runs), then
@@ -28,8 +28,8 @@
 #                      (bench/citus.sh; skipped with one line when citus.so
 #                      is not installed), plus the optional citus_at_dup
 #                      and citus_at_typed (a typed twin, delegated);
-#                      outbox outbox_sql outbox_fetch: the outbox (issue
-#                      24), everything about them in bench/outbox.sh;
+#                      outbox outbox_sql outbox_fetch: the outbox,
+#                      everything about them in bench/outbox.sh;
 #                      and, not in the default list, portable_new
 #                      portable_dup portable_business portable_guard (or
 #                      `portable` for the four): the portable edition (A)

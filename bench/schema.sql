@@ -1,7 +1,7 @@
 -- Objects of the benchmark (bench/run.sh), created in every database it
 -- uses, after CREATE EXTENSION idempotency.  Not part of the extension.
 
--- The hand-written baseline, as the issue defines it: PRIMARY KEY (scope,
+-- The hand-written baseline, as the project's bar defines it: PRIMARY KEY (scope,
 -- key) plus the columns of idem_records (types, collations, NOT NULLs,
 -- default).  No CHECK on status (bench/run.sh adds idem_records' CHECK
 -- with BENCH_BASELINE_CHECK=1) and no index on expires_at (bytes per record

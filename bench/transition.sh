@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Benchmark of the state-machine half.  Not a test: it
-# prints figures and the two ratios the issue sets a bar for.
+# prints figures and the two ratios the project sets a bar for.
 #
 #  (1) point UPDATE, pgbench, A and B interleaved:
 #      A  UPDATE bench_orders SET status = 'paid'

@@ -2,91 +2,38 @@
  *
  * batch.c
  *	  idem_claim_many: claim many keys of one scope in one call, for message
- *	  consumers that receive their input in batches.
+ *	  consumers that receive their input in batches.  Each distinct key is
+ *	  claimed as idem_claim(scope, key, ttl) would, in the caller's
+ *	  transaction; results come in array order, a repeated key claimed at
+ *	  most once (at its first occurrence).  Every element is validated
+ *	  before anything is read or written: a bad one leaves no effect.
  *
- *	  Semantics: every distinct key of the array is claimed as
- *	  idem_claim(scope, key, ttl) would claim it, in the caller's
- *	  transaction.  Results come back in array order; a key repeated in
- *	  the array is reported claimed at most once, at its first occurrence.
- *	  All elements are validated before anything is read or written, so a
- *	  bad element leaves no effect.
+ *	  Lock order (deadlock freedom), which a change must keep: the distinct
+ *	  keys are sorted bytewise (memcmp, then length: COLLATE "C" and the
+ *	  primary key's order), and every wait happens while this call holds
+ *	  only keys that sort before the one waited for, so two batches that
+ *	  share keys queue behind each other whatever their arrays' order.
+ *	  Hence the work: the fast path (claim_direct.c: READ COMMITTED, a
+ *	  plain idem_records) takes the keys one by one in sorted order; else
+ *	  three set-based steps (batch_claim_sets): a read without waits finds
+ *	  the duplicates, left untouched (a redelivered batch writes nothing);
+ *	  one INSERT ... ON CONFLICT DO UPDATE, in sorted order, inserts or
+ *	  takes over the rest, every wait inside it; a key that became live
+ *	  meanwhile is left locked by it and settled by claim.c without a wait.
  *
- *	  Lock order (deadlock freedom): the distinct keys are sorted bytewise
- *	  (memcmp, then length: the order of COLLATE "C" and of the primary
- *	  key index), and every wait this function can do happens while it
- *	  holds only keys that sort before the one waited for.  Two batches
- *	  that share keys therefore queue behind each other and never form a
- *	  cycle, whatever the order of their arrays.  (The order is per call:
- *	  keys the transaction claimed before the call are already held.)
- *	  This is why the work is split as it is:
+ *	  Visibility: a live record that an uncommitted transaction is
+ *	  releasing is a duplicate where idem_claim would wait (both answers
+ *	  right for their moment; no wait keeps the read out of the lock
+ *	  order).  In REPEATABLE READ and SERIALIZABLE a record committed after
+ *	  the snapshot raises 40001, as idem_claim's INSERT does.  A record
+ *	  that row-level security hides is never claimed twice (42501).
  *
- *	  1. One read (no locks, no waits) of the records the keys already
- *	     have.  A live, committed (or own) record that cannot be taken over
- *	     makes its key a duplicate, answered false without touching the
- *	     row, so a redelivered batch writes nothing.
- *	  2. One INSERT ... ON CONFLICT DO UPDATE over the remaining keys, in
- *	     sorted order (ORDER BY the ordinality of unnest, and ModifyTable
- *	     processes its input in order).  New keys are inserted; a key with
- *	     an expired, retryable or abandoned-lease record is taken over by
- *	     the DO UPDATE, whose WHERE is the takeover condition of
- *	     idem_claim.  Every wait (for an uncommitted insert, update or
- *	     delete of the same key, or for its row lock) happens inside this
- *	     statement, key by key in sorted order.  A takeover inside the
- *	     same statement, rather than in a later pass, is what keeps the
- *	     order: a later pass would wait for a small key while holding
- *	     large ones.
- *	  3. A key that step 2 neither inserted nor took over had a record
- *	     that became live between steps 1 and 2 (a concurrent claim that
- *	     committed meanwhile).  ON CONFLICT DO UPDATE left its row locked
- *	     by this transaction, so nobody can change it: it is settled by
- *	     idem_claim_spi_plain (claim.c), which therefore cannot wait here,
- *	     and which reports the duplicate as idem_claim does.  Such a row stays
- *	     locked until the transaction ends; this only happens to a key
- *	     first claimed by a concurrent transaction during this call.
- *
- *	  The fast path (claim_direct.c) replaces the three steps where it applies
- *	  (READ COMMITTED, an idem_records without triggers, rules or
- *	  row-level security, a role with INSERT and SELECT on it): each key,
- *	  in sorted order, is inserted by speculative insertion or found by
- *	  its primary key probe, exactly as idem_claim does it (the probe waits
- *	  for a transaction that is inserting or deleting the key, as the
- *	  INSERT would); a found record that may be taken over is taken over at
- *	  once by idem_claim_spi_plain's UPDATE, and a live one is a duplicate, not
- *	  touched.  Waits come in the same sorted order, a redelivered batch
- *	  still writes nothing, and the table is opened once for the batch.
- *
- *	  Row-level security: a record that a policy hides from step 1 is not
- *	  a duplicate there; step 2 then meets it and the policy stops the statement
- *	  (42501), or, depending on the server version, step 3 does
- *	  (idem_claim_spi_plain's 42501).  A hidden key is never claimed twice.
- *
- *	  Visibility: in READ COMMITTED each statement takes a fresh snapshot.
- *	  A live record that an uncommitted transaction is deleting or making
- *	  claimable (idem_release, idem_fail) is a duplicate to step 1, where
- *	  idem_claim would wait for that transaction; both answers are right
- *	  for the moment they are given, and not waiting keeps step 1 free of
- *	  waits (and so of lock-order questions).
- *	  In REPEATABLE READ and SERIALIZABLE all use the transaction
- *	  snapshot: a key whose record was committed after it raises 40001 in
- *	  step 2 (as idem_claim's INSERT does), and a record visible in the
- *	  snapshot decides the answer even if a concurrent transaction has
- *	  since deleted it (idem_claim could insert anew there; both answers
- *	  are consistent with some serial order).
- *
- *	  Statistics (stats.c): counted as idem_claim counts them: claims,
- *	  takeovers, duplicates, in-progress conflicts.  A claim by step 2 is a
- *	  takeover if step 1 saw a claimable record for the key; step 1's
- *	  duplicates are logged and classified by claim.c's helpers
- *	  (idem_log_duplicate, idem_duplicate_stat) and counted once per batch;
- *	  step 3 and the fast path count through claim.c.
- *
- *	  Time: one clock reading per call (GetCurrentTimestamp) decides expiry
- *	  for every key, and is the created_at of every record written.
- *
- *	  Memory: the keys, their sorted index and the per-key results live in
- *	  the caller's memory context; SPI's memory is released by SPI_finish;
- *	  the result tuplestore lives in the query's per-query context.  No
- *	  state is kept across calls, and no subtransaction is used.
+ *	  Statistics are counted as idem_claim counts them (stats.c), once per
+ *	  batch.  One clock reading per call decides expiry for every key and
+ *	  is the created_at of every record written.  Memory: the keys, their
+ *	  sorted index and the results live in the caller's context, SPI's is
+ *	  released by SPI_finish, the result tuplestore is per query; no state
+ *	  across calls, no subtransaction.
  *
  *-------------------------------------------------------------------------
  */
@@ -336,7 +283,13 @@ batch_claim_each(Oid nsp, text *scope, BatchKey *distinct, int m,
 /*
  * Step 1: the keys (values[1], all m of them) whose records are live are
  * duplicates, counted and logged; their rows are not touched.  Marks the
- * keys with a record to take over KEY_CLAIMABLE.
+ * keys with a record to take over KEY_CLAIMABLE.  One read, no locks and no
+ * waits: in READ COMMITTED, a live record that an uncommitted transaction
+ * is deleting or making claimable (idem_release, idem_fail) is a duplicate
+ * here; in REPEATABLE READ a record visible in the snapshot decides even if
+ * a concurrent transaction has since deleted it (both consistent with some
+ * serial order).  A record a policy hides is not a duplicate here; step 2
+ * or 3 then raises 42501, depending on the server version.
  */
 static void
 batch_step_live(Oid nsp, text *scope, BatchKey *distinct, int m, Datum *values,
@@ -373,7 +326,12 @@ batch_step_live(Oid nsp, text *scope, BatchKey *distinct, int m, Datum *values,
 /*
  * Step 2: insert or take over the npending keys of values[1], in sorted
  * order; returns how many it claimed.  A key it did not claim has a live
- * record (left locked), for step 3.
+ * record (left locked), for step 3.  ModifyTable processes its input in
+ * order (ORDER BY the ordinality), so every wait (for an uncommitted insert,
+ * update or delete of a key, or its row lock) comes key by key in sorted
+ * order; the DO UPDATE's WHERE is idem_claim's takeover condition.  Taking
+ * over inside this statement, not in a later pass, is what keeps the order:
+ * a later pass would wait for a small key while holding large ones.
  */
 static int
 batch_step_claim(Oid nsp, BatchKey *distinct, int m, Datum *values,
@@ -402,7 +360,14 @@ batch_step_claim(Oid nsp, BatchKey *distinct, int m, Datum *values,
 /*
  * The three set-based steps of the header comment, for the m sorted
  * distinct keys of scope; the statistics of steps 1 and 2 are counted at
- * the end.  Inside SPI.
+ * the end (a claim by step 2 is a takeover if step 1 saw a claimable
+ * record; step 1's duplicates are logged and classified by claim.c's
+ * idem_log_duplicate and idem_duplicate_stat).  Inside SPI.  Step 3 gets a
+ * key that became live between steps 1 and 2 (a concurrent claim that
+ * committed meanwhile): ON CONFLICT DO UPDATE left its row locked by this
+ * transaction, so idem_claim_spi_plain (claim.c) settles it without a wait
+ * and reports the duplicate as idem_claim does; the row stays locked until
+ * the transaction ends.
  */
 static void
 batch_claim_sets(Oid nsp, text *scope, BatchKey *distinct, int m,

@@ -2,45 +2,35 @@
  *
  * purge_round.c
  *	  One round of the background purge in one database, run by a purge
- *	  worker (purge_worker.c, which starts it and owns the processes, the slots
- *	  and the warning about a database without the extension).
+ *	  worker (purge_worker.c owns the processes, the slots and the warning
+ *	  about a database without the extension).
  *
- *	  A round: idem_purge(idempotency.purge_batch_size) in the schema of the
- *	  extension, one batch per transaction, committed after each, with a
- *	  pause of idempotency.purge_delay between two batches (so a large
- *	  backlog takes a fraction of a core and spreads its WAL), until a
- *	  batch removes fewer rows than the batch size; then one LOG line with
- *	  the total when it is not zero.  idem_purge skips rows locked by other
- *	  transactions, so a round never waits for a claim; a claim of a key in
- *	  the batch being deleted waits for that short transaction only.
+ *	  A round runs idem_purge(idempotency.purge_batch_size) in the
+ *	  extension's schema, one batch per transaction, committed after each,
+ *	  idempotency.purge_delay apart (a large backlog takes a fraction of a
+ *	  core and spreads its WAL), until a batch removes fewer rows than the
+ *	  batch size; then idem_outbox_purge the same way.  One LOG line per
+ *	  part with its total, when not zero.  The records come first, so an
+ *	  outbox that fails to purge does not stop them (their batches are
+ *	  committed by then).  The SQL-level idem_purge() does not purge the
+ *	  outbox: a scheduler calls both, or idem_maintain().
  *
- *	  The outbox: after the records, the same round runs
- *	  idem_outbox_purge(idempotency.purge_batch_size) the same way (one
- *	  batch per transaction, purge_delay apart, until a batch removes fewer
- *	  than the batch size; one LOG line with its own total).  It deletes
- *	  only messages past their topic's retention that every subscribed
- *	  consumer group has acknowledged, and skips locked rows too.  It runs
- *	  only when the extension's schema holds idem_outbox_purge(int4) as a
- *	  member of the extension (an extension not yet upgraded to 0.5.0 has
- *	  none: the phase is skipped quietly; a function of that name that is
- *	  not the extension's is never run, since the worker is a superuser).
- *	  The SQL-level idem_purge() does not call it: a scheduler calls both.
- *	  The records come first, so an outbox that fails to purge does not
- *	  stop the records' purge (their batches are committed by then).
+ *	  Rules a change must keep: the worker is a superuser, so it runs only
+ *	  the extension's own functions: idem_outbox_purge(int4) only when it
+ *	  is a member of the extension (an extension older than 0.5.0 has none:
+ *	  that part is skipped quietly), idem_maintenance only when it is the
+ *	  extension's own table.  After each part the round notes there when it
+ *	  ran and what it removed (0.6.0 on), as idem_maintain() does, for the
+ *	  view idem_health, in one short transaction of its own.
  *
- *	  After each part (records, outbox) the round notes in the table
- *	  idem_maintenance (0.6.0 on, when it is the extension's own) when it
- *	  ran and what it removed, as idem_maintain() does, for the view
- *	  idem_health; one short transaction of its own.
- *
- *	  Settings: idempotency.purge_batch_size and purge_delay, defined here
- *	  (idem_purge_round_init, from module.c's _PG_init) and re-read on
- *	  SIGHUP between two batches.
- *
- *	  Calls query.c (the statements, prepared once per process: a round's
- *	  process ends with the round) and nothing else of src/.  Memory: every
- *	  allocation is per transaction (one batch).  Locking and visibility:
- *	  those of the two SQL functions, each batch with a fresh snapshot.
+ *	  Locking and visibility: those of the two SQL functions, each batch
+ *	  with a fresh snapshot; both skip rows locked by other transactions,
+ *	  so a round never waits for a claim, and a claim of a key being
+ *	  deleted waits only for that batch's short transaction.  Memory: every
+ *	  allocation is per transaction (one batch); the statements are
+ *	  prepared once per process, which ends with the round.  Settings:
+ *	  idempotency.purge_batch_size and purge_delay are defined here and
+ *	  re-read on SIGHUP between two batches.
  *
  *-------------------------------------------------------------------------
  */

@@ -25,7 +25,8 @@
 #          (a released install script, as frozen, wrapped as MODE: the
 #          upgrade tests install the release X this way)
 #
-# Upgrades are written once, for the C edition: sql/idempotency--A--B.sql.
+# Upgrades are written once, for the C edition: idempotency--A--B.sql
+# (sql/ until B is released, then sql/released/).
 # For every one with A no older than the first portable release (0.5.0),
 # the portable upgrade A--B is that script made portable exactly as `ext`
 # makes the install sources (below): a C function's declaration gets its
@@ -40,20 +41,22 @@
 # `dbdev-upgrade` is the dbdev package's copy.  The pairs must chain: from
 # every B an upgrade leads on to default_version.
 #
-# Released scripts are never edited.  sql/released/SHA256SUMS has the
-# SHA-256 of each (paths from the top of the checkout, as `sha256sum`
-# writes them): every C edition script of a released version
-# (sql/idempotency--X.sql with X, sql/idempotency--A--B.sql with B older
-# than default_version) and every file of sql/released/portable/.  Every
-# mode checks them first and fails when one is missing, edited or not
-# listed.  A released portable upgrade is frozen: when B is released,
-# `generate.pl freeze A--B` writes its generated upgrade to
-# sql/released/portable/idempotency--A--B.sql and records the sums of it
-# and of the C script; from then on it is used instead of generating it
-# again from later bodies, and a released upgrade not frozen fails the
-# build.  `sum FILE...` writes (or replaces) the lines of FILEs, the one
-# step after a deliberate
-# in-place fix of a released script (docs/managed.md, "Releasing").
+# Released scripts are never edited.  They live in sql/released/: the C
+# edition's scripts of released versions (idempotency--X.sql,
+# idempotency--A--B.sql) and the frozen portable scripts of
+# sql/released/portable/; sql/released/SHA256SUMS has the SHA-256 of each
+# (paths from the top of the checkout, as `sha256sum` writes them).  sql/
+# holds only the upgrade to default_version, not yet released.  Every mode
+# checks them first and fails when one is missing, edited, not listed, or
+# a released script is still in sql/.  At the release of B, `generate.pl
+# freeze A--B` moves the C upgrade sql/idempotency--A--B.sql into
+# sql/released/, writes its generated portable upgrade to
+# sql/released/portable/idempotency--A--B.sql and records the sums of
+# both; from then on the frozen one is used instead of generating it again
+# from later bodies, and a released upgrade not frozen fails the build.
+# `sum FILE...` writes (or replaces) the lines of FILEs: for B's install
+# script, copied from build/, and after a deliberate in-place fix of a
+# released script (docs/managed.md, "Releasing").
 #
 # SOURCEs are the C edition's install sources in Makefile order
 # (SQL_SOURCES).  Every statement of theirs is copied unchanged, except:
@@ -135,8 +138,9 @@ sub record_sums {
     my @lines = -f "$top/$SUMS" ? split(/\n/, slurp("$top/$SUMS")) : ();
     for my $name (@_) {
         $name =~ s{^\./}{};
-        $name =~ m{^sql/(idempotency--[\d.]+(--[\d.]+)?|released/portable/idempotency--[\d.]+(--[\d.]+)?)\.sql$}
-            or fail("sum: $name is not a released script (sql/idempotency--*.sql or sql/released/portable/*.sql, from the top of the checkout)");
+        $name =~ m{^sql/released/(portable/)?idempotency--[\d.]+(--[\d.]+)?\.sql$}
+            or fail("sum: $name is not a released script (sql/released/idempotency--*.sql or sql/released/portable/*.sql, "
+                    . "from the top of the checkout; move a script of sql/ there first: git mv $name sql/released/)");
         -f "$top/$name" or fail("sum: no file $name");
         my $line = sha256("$top/$name") . "  $name";
         my $n = grep { / \Q$name\E\s*$/ } @lines;
@@ -167,21 +171,25 @@ for my $name (sort keys %$sums) {
                 . "for CVE-2020-14350) then records the new sum: $sum_hint $name");
 }
 my (@c_upgrades, @c_installs);
-for my $file (sort glob("$top/sql/idempotency--*.sql")) {
+for my $file (sort glob("$top/sql/idempotency--*.sql"), sort glob("$top/sql/released/idempotency--*.sql")) {
     (my $name = $file) =~ s{^\Q$top\E/}{};
-    if (my ($from, $to) = $name =~ m{^sql/idempotency--(\d+\.\d+\.\d+)--(\d+\.\d+\.\d+)\.sql$}) {
+    my $released = $name =~ m{^sql/released/};
+    my $move = "released scripts live in sql/released/: git mv $name sql/released/ && $sum_hint sql/released/"
+        . ($name =~ s{.*/}{}r);
+    if (my ($from, $to) = $name =~ m{^sql/(?:released/)?idempotency--(\d+\.\d+\.\d+)--(\d+\.\d+\.\d+)\.sql$}) {
         vcmp($from, $to) < 0 or fail("$name upgrades to an older or equal version");
         vcmp($to, $version) <= 0 or fail("$name upgrades to $to, newer than default_version $version of idempotency.control");
         push @c_upgrades, [$from, $to, $name];
-        exists $sums->{$name} or vcmp($to, $version) >= 0
-            or fail("$name belongs to a released version (default_version is $version) and is not in $SUMS: $sum_hint $name");
-    } elsif (my ($v) = $name =~ m{^sql/idempotency--(\d+\.\d+\.\d+)\.sql$}) {
-        exists $sums->{$name} or vcmp($v, $version) >= 0
-            or fail("$name belongs to a released version (default_version is $version) and is not in $SUMS: $sum_hint $name");
+        $released or vcmp($to, $version) >= 0
+            or fail("$name belongs to a released version (default_version is $version): $move");
+    } elsif (my ($v) = $name =~ m{^sql/(?:released/)?idempotency--(\d+\.\d+\.\d+)\.sql$}) {
+        $released or fail("$name: the install script of default_version is built (build/idempotency--$version.sql); "
+                          . "a released one is frozen in sql/released/");
         push @c_installs, $v;
     } else {
         fail("$name: a script must be named idempotency--X.sql or idempotency--A--B.sql (major.minor.patch)");
     }
+    !$released or exists $sums->{$name} or fail("$name is released and not in $SUMS: $sum_hint $name");
 }
 for my $file (sort glob("$top/sql/released/portable/*")) {
     (my $name = $file) =~ s{^\Q$top\E/}{};
@@ -209,9 +217,9 @@ for my $u (sort { vcmp($a->[0], $b->[0]) || vcmp($a->[1], $b->[1]) } @c_upgrades
 }
 for my $file (sort glob("$here/upgrade/*.sql")) {
     my ($pair) = $file =~ m{/idempotency--(\d+\.\d+\.\d+--\d+\.\d+\.\d+)\.sql$}
-        or fail("$file: a supplement must be named idempotency--A--B.sql, after the C edition's upgrade sql/idempotency--A--B.sql");
+        or fail("$file: a supplement must be named idempotency--A--B.sql, after the C edition's upgrade idempotency--A--B.sql");
     grep { "$_->[0]--$_->[1]" eq $pair } @upgrades
-        or fail("$file: there is no C edition upgrade sql/idempotency--$pair.sql (from $first_portable on) to supplement");
+        or fail("$file: there is no C edition upgrade idempotency--$pair.sql (from $first_portable on) to supplement");
 }
 for my $u (@upgrades) {
     # From its target, the upgrades must lead on to the current version.
@@ -478,14 +486,20 @@ if ($mode eq 'upgrade' || $mode eq 'dbdev-upgrade') {
 
 if ($mode eq 'freeze') {
     # At a release B: its portable upgrade A--B, as generated now, into
-    # sql/released/portable/, with the sums of it and of the C script.
+    # sql/released/portable/, the C script moved into sql/released/, and
+    # the sums of both.
     my $u = upgrade_named($ARGV[0]);
     my $frozen = "sql/released/portable/idempotency--$ARGV[0].sql";
     open(my $fh, '>', "$top/$frozen.tmp") or fail("cannot write $frozen: $!");
     print $fh $upgrade_head->($u), upgrade_script($u)->[2];
     close $fh or fail("cannot write $frozen: $!");
     rename("$top/$frozen.tmp", "$top/$frozen") or fail("cannot write $frozen: $!");
-    record_sums($u->[2], $frozen);
+    my $c_released = "sql/released/idempotency--$ARGV[0].sql";
+    if ($u->[2] ne $c_released) {
+        rename("$top/$u->[2]", "$top/$c_released") or fail("cannot move $u->[2] to $c_released: $!");
+        print STDERR "generate.pl: moved $u->[2] to $c_released\n";
+    }
+    record_sums($c_released, $frozen);
     exit 0;
 }
 

@@ -32,8 +32,10 @@
 #               helper test/lint/sqllint.c, built with PGXS into a scratch
 #               directory and loaded into a throwaway cluster) over the
 #               install sources (sql/idempotency.sql, sql/idempotency_*.sql:
-#               the text of build/idempotency--VERSION.sql), every script
-#               sql/idempotency--*.sql, and the portable edition's generated
+#               the text of build/idempotency--VERSION.sql), the upgrade
+#               sql/idempotency--*.sql, the released scripts of sql/released/
+#               (what they run, not the bodies later upgrades replace: sqllint.pl,
+#               released:), and the portable edition's generated
 #               scripts (make portable tle, the embedded scripts included),
 #               and the SQL string literals of src/*.c;
 #               first its self-test: test/lint/bad.sql must give exactly the
@@ -149,17 +151,12 @@ for tool in $tools; do
         else
             echo "sql: self-test passed ($(wc -l <test/lint/bad.expected) known-bad findings, good shapes clean)"
         fi
+        sql_files=(sql/idempotency.sql sql/idempotency_*.sql)
+        for f in sql/idempotency--*.sql; do [ -f "$f" ] && sql_files+=("$f"); done
         # Scripts of releases that are out: their DO blocks and top-level
         # statements (what CREATE/ALTER EXTENSION runs), not their function
         # bodies, which the upgrades replace (sqllint.pl, released:).
-        ver=$(sed -n "s/^default_version *= *'\([^']*\)'.*/\1/p" idempotency.control)
-        sql_files=(sql/idempotency.sql sql/idempotency_*.sql)
-        for f in sql/idempotency--*.sql; do
-            case $f in
-            *--"$ver".sql) sql_files+=("$f") ;;
-            *) sql_files+=("released:$f") ;;
-            esac
-        done
+        for f in sql/released/idempotency--*.sql; do sql_files+=("released:$f"); done
         sql_files+=(build/portable/idempotency--*.sql build/portable/idempotency-portable--*.sql
                     build/tle/idempotency--pgtle.sql src/*.c)
         if perl test/scripts/sqllint.pl "${sql_files[@]}"; then

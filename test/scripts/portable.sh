@@ -339,8 +339,9 @@ make_db idem_parity_plain plain idem >>"$WORK/db_plain.log" 2>&1 && catalog idem
 
 # --- upgrade: the mechanism, with a synthetic next release -------------------
 # A copy of the clone becomes release NEXT, as a release is made
-# (docs/managed.md, "Releasing"): V's portable upgrades frozen and their
-# sums recorded, default_version bumped, then a new function and a new
+# (docs/managed.md, "Releasing"): V's portable upgrades frozen, the C
+# upgrades to V moved into sql/released/, their sums recorded,
+# default_version bumped, then a new function and a new
 # configuration table in the shared sources and in the C edition's
 # upgrade sql/idempotency--V--NEXT.sql, which also re-declares the C
 # function idem_status_is_valid unchanged (its portable body changes in
@@ -356,7 +357,7 @@ mkdir -p "$NEXTDIR"
 freeze_log=$WORK/next-freeze.log
 (cd "$NEXTDIR" && for p in $($GEN upgrade-list); do
      [ "${p#*--}" = "$V" ] && [ ! -f "sql/released/portable/idempotency--$p.sql" ] || continue
-     $GEN freeze "$p" || exit 1
+     $GEN freeze "$p" && [ -f "sql/released/idempotency--$p.sql" ] && [ ! -e "sql/idempotency--$p.sql" ] || exit 1
  done) >"$freeze_log" 2>&1 || { cat "$freeze_log" >&2; bad upgrade-build "freezing $V's portable upgrades failed"; }
 sed -i "s/^default_version *=.*/default_version = '$NEXT'/" "$NEXTDIR/idempotency.control"
 next_sql() { # the objects release NEXT adds, in the form of the extension script
@@ -436,7 +437,7 @@ if [ "$checks" = 2 ]; then ok upgrade-check; else
 fi
 # ... and a released script (in sql/released/SHA256SUMS) edited afterwards,
 # until its new sum is recorded (the one step after a deliberate fix in place).
-REL=sql/idempotency--0.4.0--0.5.0.sql
+REL=sql/released/idempotency--0.4.0--0.5.0.sql
 cp "$NEXTDIR/$REL" "$WORK/released.orig"; cp "$NEXTDIR/sql/released/SHA256SUMS" "$WORK/sums.orig"
 if make -C "$NEXTDIR" -s PG_CONFIG=/nonexistent tle >"$WORK/next-released.log" 2>&1 &&
    echo "-- edited" >> "$NEXTDIR/$REL" &&

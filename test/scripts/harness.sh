@@ -135,7 +135,7 @@ idem_private_install() {
         --exclude=./results --exclude=./tmp_check --exclude=./build --exclude=node_modules -cf - .) \
         | tar -C "$dir/build" -xf - || idem_die "copying the checkout failed"
     idem_log "building the extension (-Werror) into a private installation"
-    if ! make -C "$dir/build" -s PG_CONFIG="$IDEM_PG_CONFIG" "$@" all >"$dir/build.log" 2>&1 ||
+    if ! make -C "$dir/build" -s -j"$(nproc 2>/dev/null || echo 2)" PG_CONFIG="$IDEM_PG_CONFIG" "$@" all >"$dir/build.log" 2>&1 ||
        ! make -C "$dir/build" -s PG_CONFIG="$IDEM_PG_CONFIG" "$@" install DESTDIR="$dir/pg" >>"$dir/build.log" 2>&1; then
         cat "$dir/build.log" >&2
         idem_die "build failed"

@@ -1,6 +1,6 @@
 #!/usr/bin/env perl
 # generate.pl: the portable edition's SQL, made from the C edition's
-# sources (docs/managed.md, "One source").  Used by `make portable` and
+# sources (docs/managed.md; how it is built: below).  Used by `make portable` and
 # `make tle`; needs only perl (core modules) and the files named below.
 #
 #   perl sql/portable/generate.pl MODE SOURCE.sql...   > OUTPUT
@@ -56,7 +56,7 @@
 # from later bodies, and a released upgrade not frozen fails the build.
 # `sum FILE...` writes (or replaces) the lines of FILEs: for B's install
 # script, copied from build/, and after a deliberate in-place fix of a
-# released script (docs/managed.md, "Releasing").
+# released script (sql/portable/upgrade/README.md).
 #
 # SOURCEs are the C edition's install sources in Makefile order
 # (SQL_SOURCES).  Every statement of theirs is copied unchanged, except:

@@ -3058,3 +3058,429 @@ BEGIN
                                   idem_inbox.ttl, idem_inbox.fingerprint);
 END
 $$;
+
+-- unknown outcome: idem_http_begin(..., on_unknown) answers a request
+-- whose first attempt's lease ran out after its mark (idem_effect_started)
+-- with unknown, a 500 (or reconcile, with the claim taken); idem_claim
+-- records such a takeover in effect_unknown_attempt (in the library; the
+-- portable body through the declaration of idem_claim above); idem_stats
+-- counts owner_gone_takeovers and unknown_takeovers.  idem_http_begin gets
+-- a new argument, idem_stats, its view and idem_cluster_stats new columns:
+-- dropped and created again with their privileges (a view over them would
+-- stop the update); the PostgREST functions pass the new argument.
+DROP FUNCTION @extschema@.idem_http_begin(pg_catalog.text, pg_catalog.text, pg_catalog.text, pg_catalog.bytea, pg_catalog.text, pg_catalog.bool, pg_catalog.interval, pg_catalog.text, pg_catalog.text, pg_catalog.int4);
+
+CREATE FUNCTION @extschema@.idem_http_begin(
+    key pg_catalog.text,
+    method pg_catalog.text,
+    path pg_catalog.text,
+    body pg_catalog.bytea DEFAULT NULL,
+    scope pg_catalog.text DEFAULT 'http',
+    require_key pg_catalog.bool DEFAULT true,
+    ttl pg_catalog.interval DEFAULT NULL,
+    content_type pg_catalog.text DEFAULT NULL,
+    docs_url pg_catalog.text DEFAULT NULL,
+    retry_after pg_catalog.int4 DEFAULT 1,
+    on_unknown pg_catalog.text DEFAULT 'refuse')
+RETURNS @extschema@.idem_http_response
+LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    k text;
+    effect_unknown bool := false;
+    fp text;
+    old text;
+    rec @extschema@.idem_record;
+    claimed bool;
+    saved text;
+    stored jsonb;
+    v jsonb;
+    r @extschema@.idem_http_response;
+BEGIN
+    -- (Few expressions on the common path: PL/pgSQL prepares each one
+    -- anew in every transaction.)
+    IF method IS NULL OR path IS NULL OR scope IS NULL OR require_key IS NULL OR retry_after IS NULL OR retry_after < 0
+       OR on_unknown IS NULL OR on_unknown NOT IN ('refuse', 'reconcile') THEN
+        IF retry_after < 0 THEN
+            RAISE EXCEPTION 'idem_http_begin: retry_after must not be negative'
+                USING ERRCODE = '22023',
+                      DETAIL = format('retry_after is %s seconds.', retry_after),
+                      HINT = 'Pass the number of seconds a client should wait before it retries a request in flight.';
+        END IF;
+        IF on_unknown NOT IN ('refuse', 'reconcile') THEN
+            RAISE EXCEPTION 'idem_http_begin: on_unknown must be refuse or reconcile'
+                USING ERRCODE = '22023',
+                      DETAIL = format('on_unknown is %s.', quote_literal(on_unknown)),
+                      HINT = 'Pass reconcile only when the handler can check the outside system by the key before it repeats the effect.';
+        END IF;
+        RAISE EXCEPTION 'idem_http_begin: method, path, scope, require_key, retry_after and on_unknown must not be NULL'
+            USING ERRCODE = '22004',
+                  DETAIL = 'The request is identified by its method and path within the scope.',
+                  HINT = 'Pass the request''s method and path; leave out the arguments that have defaults.';
+    END IF;
+
+    k := @extschema@.idem_http_parse_key(key::pg_catalog.text);
+    IF k IS NULL THEN
+        IF key IS NULL OR btrim(key, E' \t') = '' THEN
+            IF require_key THEN
+                r := @extschema@.idem_http_problem(400::pg_catalog.int4, 'Idempotency-Key is missing'::pg_catalog.text,
+                    format('%s %s requires an Idempotency-Key header.', upper(method), path)::pg_catalog.text,
+                    'idempotency-key-missing'::pg_catalog.text, docs_url::pg_catalog.text, NULL::pg_catalog.jsonb);
+                r.action := 'missing_key';
+                RETURN r;
+            END IF;
+            r.action := 'proceed';
+            RETURN r;
+        END IF;
+        r := @extschema@.idem_http_problem(400::pg_catalog.int4, 'Idempotency-Key is invalid'::pg_catalog.text,
+            'The Idempotency-Key header must hold one key of 1 to 255 visible ASCII characters, best a quoted string such as "8e03978e-40d5-43e8-bc93-6894a57f9324".'::pg_catalog.text,
+            'idempotency-key-invalid'::pg_catalog.text, docs_url::pg_catalog.text, NULL::pg_catalog.jsonb);
+        r.action := 'invalid_key';
+        RETURN r;
+    END IF;
+
+    fp := @extschema@.idem_http_fingerprint(method::pg_catalog.text, path::pg_catalog.text, body::pg_catalog.bytea,
+                                            content_type::pg_catalog.text, 2::pg_catalog.int4);
+    FOR attempt IN 1 .. 2 LOOP
+        rec := @extschema@.idem_lookup(scope::pg_catalog.text, k::pg_catalog.text);
+        IF rec.status IS NOT NULL THEN
+            -- idem_claim stores the SHA-256 of the fingerprint's text.  A
+            -- record stored before 0.6.0 holds a version 1 fingerprint.
+            -- (A record without one, from idem_claim or idem_begin, takes any.)
+            IF rec.fingerprint <> sha256(convert_to(fp, getdatabaseencoding())) THEN
+                old := @extschema@.idem_http_fingerprint(method::pg_catalog.text, path::pg_catalog.text, body::pg_catalog.bytea,
+                                                         content_type::pg_catalog.text, 1::pg_catalog.int4);
+                IF rec.fingerprint <> sha256(convert_to(old, getdatabaseencoding())) THEN
+                    r := @extschema@.idem_http_problem(422::pg_catalog.int4, 'Idempotency-Key is already used'::pg_catalog.text,
+                        'This Idempotency-Key was used for a request with another method, path or body; a key may not be reused for a different request.'::pg_catalog.text,
+                        'idempotency-key-mismatch'::pg_catalog.text, docs_url::pg_catalog.text, NULL::pg_catalog.jsonb);
+                    r.action := 'mismatch';
+                    RETURN r;
+                END IF;
+                fp := old;    -- a claim taking the record over keeps its format
+            END IF;
+            IF rec.status IN ('completed', 'failed') AND rec.result ? 'http' THEN
+                -- Replayed only as idem_http_result would store it.
+                stored := rec.result;
+                v := @extschema@.idem_http_check(
+                    CASE WHEN jsonb_typeof(stored -> 'status') = 'number' AND (stored ->> 'status') ~ '^[0-9]{1,9}$'
+                         THEN (stored ->> 'status')::int4 END::pg_catalog.int4,
+                    (stored -> 'headers')::pg_catalog.jsonb,
+                    (stored ->> 'body')::pg_catalog.text,
+                    '{*}'::pg_catalog.text[]);
+                IF v = stored THEN
+                    r.action := 'replay';
+                    r.status := (stored ->> 'status')::int4;
+                    r.headers := (stored -> 'headers') || '{"idempotent-replayed": "true"}'::jsonb;
+                    r.body := decode(stored ->> 'body', 'base64');
+                    RETURN r;
+                END IF;
+            END IF;
+            IF rec.status IN ('completed', 'failed', 'issued', 'consumed')
+               OR (rec.status = 'claimed' AND current_setting('idem_http.claim', true) IS DISTINCT FROM jsonb_build_array(scope, k)::text) THEN
+                r := @extschema@.idem_http_problem(409::pg_catalog.int4, 'Idempotency-Key is already used'::pg_catalog.text,
+                    'A request with this Idempotency-Key was processed, but no response was stored, so it cannot be replayed.'::pg_catalog.text,
+                    'idempotency-key-used'::pg_catalog.text, docs_url::pg_catalog.text, NULL::pg_catalog.jsonb);
+                r.action := 'no_response';
+                RETURN r;
+            END IF;
+            IF rec.status = 'claimed' THEN
+                -- claimed earlier in this transaction: the same answer
+                r.action := CASE WHEN on_unknown = 'reconcile' AND rec.effect_unknown_attempt IS NOT NULL
+                                 THEN 'reconcile' ELSE 'proceed' END;
+                RETURN r;
+            END IF;
+            IF rec.status = 'in_progress' AND rec.locked_until > clock_timestamp() THEN
+                EXIT;    -- a live lease: in flight
+            END IF;
+            -- A lease that ran out after its mark: its effect may have
+            -- happened.  (A retryable failure after that is a worker's
+            -- verdict that a retry is safe: reconcile only if asked.)
+            effect_unknown := rec.status = 'in_progress' AND rec.effect_started_at IS NOT NULL;
+            IF effect_unknown AND on_unknown = 'refuse' THEN
+                r := @extschema@.idem_http_problem(500::pg_catalog.int4, 'The outcome of the first request is unknown'::pg_catalog.text,
+                    'The first request with this Idempotency-Key stopped after it began an outside effect and before it stored a response, so the effect may have happened. Check the resource before you retry; a retry with this key gets this answer until the server settles it or the key expires.'::pg_catalog.text,
+                    'idempotency-key-outcome-unknown'::pg_catalog.text, docs_url::pg_catalog.text, NULL::pg_catalog.jsonb);
+                r.action := 'unknown';
+                RETURN r;
+            END IF;
+            effect_unknown := effect_unknown OR rec.effect_unknown_attempt IS NOT NULL;
+        END IF;
+        -- No live record, a retryable failure or a lease that ran out:
+        -- claim it.  Another transaction holding the key (its record not
+        -- committed yet) makes idem_claim wait: 1 ms of lock_timeout turns
+        -- that wait into in_flight.  The setting is the caller's again
+        -- after the claim (a subtransaction's error restores it itself).
+        -- false: a claim committed meanwhile; look again.
+        BEGIN
+            saved := current_setting('lock_timeout');
+            PERFORM set_config('lock_timeout', '1ms', true);
+            claimed := @extschema@.idem_claim(scope::pg_catalog.text, k::pg_catalog.text,
+                                              ttl::pg_catalog.interval, fp::pg_catalog.text);
+            PERFORM set_config('lock_timeout', saved, true);
+        EXCEPTION WHEN lock_not_available THEN
+            EXIT;
+        END;
+        IF claimed THEN
+            PERFORM set_config('idem_http.claim', jsonb_build_array(scope, k)::text, true);
+            r.action := CASE WHEN effect_unknown AND on_unknown = 'reconcile' THEN 'reconcile' ELSE 'proceed' END;
+            RETURN r;
+        END IF;
+        effect_unknown := false;
+    END LOOP;
+    r := @extschema@.idem_http_problem(409::pg_catalog.int4, 'A request with this Idempotency-Key is in progress'::pg_catalog.text,
+        'The first request with this Idempotency-Key has not finished yet; retry after the time given in Retry-After.'::pg_catalog.text,
+        'idempotency-key-in-flight'::pg_catalog.text, docs_url::pg_catalog.text,
+        jsonb_build_object('retry-after', retry_after::text)::pg_catalog.jsonb);
+    r.action := 'in_flight';
+    RETURN r;
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.idem_http_begin(pg_catalog.text, pg_catalog.text, pg_catalog.text, pg_catalog.bytea, pg_catalog.text, pg_catalog.bool, pg_catalog.interval, pg_catalog.text, pg_catalog.text, pg_catalog.int4, pg_catalog.text) IS
+    'Begin an HTTP request with an Idempotency-Key in the handler''s transaction: proceed (the key is claimed), reconcile (claimed; an earlier attempt''s outside effect is unknown), or the response to send (replay, in_flight 409, mismatch 422, missing_key or invalid_key 400, no_response 409, unknown 500)';
+
+GRANT EXECUTE ON FUNCTION @extschema@.idem_http_begin(pg_catalog.text, pg_catalog.text, pg_catalog.text, pg_catalog.bytea, pg_catalog.text, pg_catalog.bool, pg_catalog.interval, pg_catalog.text, pg_catalog.text, pg_catalog.int4, pg_catalog.text) TO PUBLIC;
+
+COMMENT ON TYPE @extschema@.idem_http_response IS
+    'An answer of idem_http_begin: action (proceed, reconcile, replay, in_flight, mismatch, missing_key, invalid_key, no_response, unknown) and, except for proceed and reconcile, the HTTP status, headers and body to send';
+
+CREATE OR REPLACE FUNCTION @extschema@.idem_http_postgrest_pre_request(
+    scope pg_catalog.text DEFAULT 'http',
+    require_key pg_catalog.bool DEFAULT true,
+    methods pg_catalog.text[] DEFAULT '{POST,PATCH}',
+    ttl pg_catalog.interval DEFAULT NULL,
+    docs_url pg_catalog.text DEFAULT NULL)
+RETURNS pg_catalog.void
+LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    m text := upper(nullif(current_setting('request.method', true), ''));
+    p text := nullif(current_setting('request.path', true), '');
+    h text := nullif(current_setting('request.headers', true), '');
+    raw text;
+    r @extschema@.idem_http_response;
+BEGIN
+    IF m IS NULL OR p IS NULL OR NOT m = ANY (methods) THEN
+        RETURN;
+    END IF;
+    raw := h::json ->> 'idempotency-key';
+    IF p !~ '^/rpc/' THEN
+        r := @extschema@.idem_http_begin(raw::pg_catalog.text, m::pg_catalog.text, p::pg_catalog.text, NULL::pg_catalog.bytea,
+                                         scope::pg_catalog.text, require_key::pg_catalog.bool, ttl::pg_catalog.interval,
+                                         NULL::pg_catalog.text, docs_url::pg_catalog.text, 1::pg_catalog.int4,
+                                         'refuse'::pg_catalog.text);
+        IF r.action = 'proceed' THEN
+            IF raw IS NOT NULL THEN
+                PERFORM set_config('idem_http.postgrest',
+                    jsonb_build_object('scope', scope, 'key', raw)::text, true);
+            END IF;
+            RETURN;
+        END IF;
+        PERFORM @extschema@.idem_http_postgrest_raise(r::@extschema@.idem_http_response);
+    END IF;
+    -- An RPC: the key is checked here; the claim waits for the function's
+    -- arguments (idem_http_postgrest_rpc), and so does the answer for a
+    -- request in flight.
+    IF raw IS NULL OR btrim(raw, E' \t') = '' THEN
+        IF require_key THEN
+            r := @extschema@.idem_http_problem(400::pg_catalog.int4, 'Idempotency-Key is missing'::pg_catalog.text,
+                format('%s %s requires an Idempotency-Key header.', m, p)::pg_catalog.text,
+                'idempotency-key-missing'::pg_catalog.text, docs_url::pg_catalog.text, NULL::pg_catalog.jsonb);
+            PERFORM @extschema@.idem_http_postgrest_raise(r::@extschema@.idem_http_response);
+        END IF;
+        RETURN;
+    END IF;
+    IF @extschema@.idem_http_parse_key(raw::pg_catalog.text) IS NULL THEN
+        r := @extschema@.idem_http_problem(400::pg_catalog.int4, 'Idempotency-Key is invalid'::pg_catalog.text,
+            'The Idempotency-Key header must hold one key of 1 to 255 visible ASCII characters, best a quoted string such as "8e03978e-40d5-43e8-bc93-6894a57f9324".'::pg_catalog.text,
+            'idempotency-key-invalid'::pg_catalog.text, docs_url::pg_catalog.text, NULL::pg_catalog.jsonb);
+        PERFORM @extschema@.idem_http_postgrest_raise(r::@extschema@.idem_http_response);
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.idem_http_postgrest_pre_request(pg_catalog.text, pg_catalog.bool, pg_catalog.text[], pg_catalog.interval, pg_catalog.text) IS
+    'PostgREST db-pre-request: reads request.method, request.path and request.headers; 400 without a valid Idempotency-Key; claims the key for tables and views (409 in flight, 422 on reuse), leaves RPCs to idem_http_postgrest_rpc';
+
+CREATE OR REPLACE FUNCTION @extschema@.idem_http_postgrest_rpc(
+    args pg_catalog.jsonb,
+    scope pg_catalog.text DEFAULT 'http',
+    require_key pg_catalog.bool DEFAULT true,
+    ttl pg_catalog.interval DEFAULT NULL,
+    docs_url pg_catalog.text DEFAULT NULL)
+RETURNS @extschema@.idem_http_response
+LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    m text := upper(coalesce(nullif(current_setting('request.method', true), ''), 'POST'));
+    p text := coalesce(nullif(current_setting('request.path', true), ''), '');
+    h text := nullif(current_setting('request.headers', true), '');
+    raw text := h::json ->> 'idempotency-key';
+    r @extschema@.idem_http_response;
+BEGIN
+    IF m IN ('GET', 'HEAD') THEN
+        r.action := 'proceed';    -- a read: nothing to make idempotent
+        RETURN r;
+    END IF;
+    r := @extschema@.idem_http_begin(raw::pg_catalog.text, m::pg_catalog.text, p::pg_catalog.text,
+                                     convert_to(coalesce(args, 'null')::text, 'UTF8')::pg_catalog.bytea,
+                                     scope::pg_catalog.text, require_key::pg_catalog.bool, ttl::pg_catalog.interval,
+                                     NULL::pg_catalog.text, docs_url::pg_catalog.text, 1::pg_catalog.int4,
+                                     'refuse'::pg_catalog.text);
+    IF r.action = 'proceed' THEN
+        IF raw IS NOT NULL THEN
+            PERFORM set_config('idem_http.postgrest',
+                jsonb_build_object('scope', scope, 'key', raw)::text, true);
+        END IF;
+        RETURN r;
+    END IF;
+    IF r.action = 'replay' THEN
+        PERFORM set_config('response.status', r.status::text, true);
+        PERFORM set_config('response.headers',
+            coalesce((SELECT jsonb_agg(jsonb_build_object(e.key, v.value) ORDER BY e.key, v.n)
+                        FROM jsonb_each(r.headers) AS e,
+                             LATERAL (SELECT x AS value, o AS n
+                                        FROM jsonb_array_elements_text(CASE jsonb_typeof(e.value)
+                                                 WHEN 'array' THEN e.value
+                                                 ELSE jsonb_build_array(e.value) END)
+                                             WITH ORDINALITY AS a(x, o)) AS v),
+                     '[]')::text, true);
+        RETURN r;
+    END IF;
+    PERFORM @extschema@.idem_http_postgrest_raise(r::@extschema@.idem_http_response);
+    RETURN r;    -- not reached
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.idem_http_postgrest_rpc(pg_catalog.jsonb, pg_catalog.text, pg_catalog.bool, pg_catalog.interval, pg_catalog.text) IS
+    'Begin an idempotent PostgREST RPC with its arguments as the body: proceed, or replay (response.status and response.headers set: return the body), or PostgREST''s error for 400, 409 and 422';
+
+DROP VIEW @extschema@.idem_stats;
+DROP FUNCTION @extschema@.idem_stats();
+
+CREATE FUNCTION @extschema@.idem_stats(
+    OUT dbid pg_catalog.oid,
+    OUT scope pg_catalog.text,
+    OUT claimed pg_catalog.int8,
+    OUT duplicates pg_catalog.int8,
+    OUT in_progress_conflicts pg_catalog.int8,
+    OUT fingerprint_mismatches pg_catalog.int8,
+    OUT takeovers pg_catalog.int8,
+    OUT completed pg_catalog.int8,
+    OUT failed pg_catalog.int8,
+    OUT purged pg_catalog.int8,
+    OUT owner_gone_takeovers pg_catalog.int8,
+    OUT unknown_takeovers pg_catalog.int8,
+    OUT stats_reset pg_catalog.timestamptz)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'idem_stats'
+LANGUAGE C VOLATILE STRICT PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION @extschema@.idem_stats() IS
+    'Idempotency counters per (database, scope) since the last reset; read them through the idem_stats view';
+
+REVOKE ALL ON FUNCTION @extschema@.idem_stats() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.idem_stats() TO pg_monitor;
+
+CREATE VIEW @extschema@.idem_stats AS
+    SELECT s.dbid,
+           d.datname,
+           s.scope,
+           s.claimed,
+           s.duplicates,
+           s.in_progress_conflicts,
+           s.fingerprint_mismatches,
+           s.takeovers,
+           s.owner_gone_takeovers,
+           s.unknown_takeovers,
+           s.completed,
+           s.failed,
+           s.purged,
+           s.stats_reset
+      FROM @extschema@.idem_stats() AS s
+      LEFT JOIN pg_catalog.pg_database AS d
+        ON d.oid OPERATOR(pg_catalog.=) s.dbid;
+
+COMMENT ON VIEW @extschema@.idem_stats IS
+    'Idempotency outcomes per database and scope since the last idem_stats_reset(); needs shared_preload_libraries';
+
+REVOKE ALL ON @extschema@.idem_stats FROM PUBLIC;
+GRANT SELECT ON @extschema@.idem_stats TO pg_monitor;
+
+DROP FUNCTION @extschema@.idem_cluster_stats();
+
+CREATE FUNCTION @extschema@.idem_cluster_stats(
+    OUT nodename pg_catalog.text,
+    OUT nodeport pg_catalog.int4,
+    OUT dbid pg_catalog.oid,
+    OUT datname pg_catalog.name,
+    OUT scope pg_catalog.text,
+    OUT claimed pg_catalog.int8,
+    OUT duplicates pg_catalog.int8,
+    OUT in_progress_conflicts pg_catalog.int8,
+    OUT fingerprint_mismatches pg_catalog.int8,
+    OUT takeovers pg_catalog.int8,
+    OUT owner_gone_takeovers pg_catalog.int8,
+    OUT unknown_takeovers pg_catalog.int8,
+    OUT completed pg_catalog.int8,
+    OUT failed pg_catalog.int8,
+    OUT purged pg_catalog.int8,
+    OUT stats_reset pg_catalog.timestamptz)
+RETURNS SETOF record
+LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    nsp text := (SELECT n.nspname FROM pg_catalog.pg_extension e
+                 JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) e.extnamespace
+                 WHERE e.extname OPERATOR(pg_catalog.=) 'idempotency');
+    node record;
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_extension e
+                   WHERE e.extname OPERATOR(pg_catalog.=) 'citus') THEN
+        RAISE EXCEPTION 'idem_cluster_stats: the citus extension is not installed in this database'
+            USING ERRCODE = '55000',
+                  DETAIL = 'idem_cluster_stats collects idem_stats from every node of a Citus cluster.',
+                  HINT = 'On a single server, read the idem_stats view.';
+    END IF;
+    -- Each node answers one value: its idem_stats rows as a JSON array.
+    FOR node IN
+        SELECT coalesce(d.nodename, pg_catalog.current_setting('citus.local_hostname')) AS host,
+               coalesce(d.nodeport, pg_catalog.current_setting('port')::pg_catalog.int4) AS port,
+               r.success, r.result
+          FROM pg_catalog.run_command_on_all_nodes(pg_catalog.format(
+                   'SELECT COALESCE(pg_catalog.json_agg(s), ''[]'') FROM %I.idem_stats AS s', nsp)) AS r
+          LEFT JOIN pg_catalog.pg_dist_node AS d ON d.nodeid OPERATOR(pg_catalog.=) r.nodeid
+         ORDER BY 1, 2
+    LOOP
+        IF NOT node.success THEN
+            RAISE EXCEPTION 'idem_cluster_stats: node %:% did not answer', node.host, node.port
+                USING ERRCODE = '55000',
+                      DETAIL = pg_catalog.format('The node said: %s', node.result),
+                      HINT = 'Every node needs idempotency in shared_preload_libraries, the extension created in this database, and must let the calling role connect and read idem_stats.';
+        END IF;
+        RETURN QUERY
+            SELECT node.host, node.port, s.dbid, s.datname, s.scope, s.claimed, s.duplicates,
+                   s.in_progress_conflicts, s.fingerprint_mismatches, s.takeovers,
+                   s.owner_gone_takeovers, s.unknown_takeovers, s.completed, s.failed, s.purged, s.stats_reset
+              FROM pg_catalog.json_to_recordset(node.result::pg_catalog.json) AS s(
+                   dbid pg_catalog.oid, datname pg_catalog.name, scope pg_catalog.text,
+                   claimed pg_catalog.int8, duplicates pg_catalog.int8,
+                   in_progress_conflicts pg_catalog.int8, fingerprint_mismatches pg_catalog.int8,
+                   takeovers pg_catalog.int8, owner_gone_takeovers pg_catalog.int8,
+                   unknown_takeovers pg_catalog.int8, completed pg_catalog.int8, failed pg_catalog.int8,
+                   purged pg_catalog.int8, stats_reset pg_catalog.timestamptz)
+             ORDER BY s.datname, s.scope;
+    END LOOP;
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.idem_cluster_stats() IS
+    'Citus: the idem_stats counters of every node of the cluster, one row per node, database and scope (docs/citus.md)';
+
+REVOKE ALL ON FUNCTION @extschema@.idem_cluster_stats() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.idem_cluster_stats() TO pg_monitor;

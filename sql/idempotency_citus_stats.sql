@@ -23,6 +23,8 @@ CREATE FUNCTION @extschema@.idem_cluster_stats(
     OUT in_progress_conflicts pg_catalog.int8,
     OUT fingerprint_mismatches pg_catalog.int8,
     OUT takeovers pg_catalog.int8,
+    OUT owner_gone_takeovers pg_catalog.int8,
+    OUT unknown_takeovers pg_catalog.int8,
     OUT completed pg_catalog.int8,
     OUT failed pg_catalog.int8,
     OUT purged pg_catalog.int8,
@@ -63,12 +65,13 @@ BEGIN
         RETURN QUERY
             SELECT node.host, node.port, s.dbid, s.datname, s.scope, s.claimed, s.duplicates,
                    s.in_progress_conflicts, s.fingerprint_mismatches, s.takeovers,
-                   s.completed, s.failed, s.purged, s.stats_reset
+                   s.owner_gone_takeovers, s.unknown_takeovers, s.completed, s.failed, s.purged, s.stats_reset
               FROM pg_catalog.json_to_recordset(node.result::pg_catalog.json) AS s(
                    dbid pg_catalog.oid, datname pg_catalog.name, scope pg_catalog.text,
                    claimed pg_catalog.int8, duplicates pg_catalog.int8,
                    in_progress_conflicts pg_catalog.int8, fingerprint_mismatches pg_catalog.int8,
-                   takeovers pg_catalog.int8, completed pg_catalog.int8, failed pg_catalog.int8,
+                   takeovers pg_catalog.int8, owner_gone_takeovers pg_catalog.int8,
+                   unknown_takeovers pg_catalog.int8, completed pg_catalog.int8, failed pg_catalog.int8,
                    purged pg_catalog.int8, stats_reset pg_catalog.timestamptz)
              ORDER BY s.datname, s.scope;
     END LOOP;

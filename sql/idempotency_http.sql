@@ -18,6 +18,14 @@
 --   invalid_key   400: the header is not a valid key
 --   no_response   409: the key was used, but no replayable response was
 --                 stored
+--   unknown       500: the lease of the first attempt ran out after it
+--                 marked its outside effect started (idem_effect_started)
+--                 and before it stored a response: the effect may have
+--                 happened.  Nothing is written, so every retry gets the
+--                 same answer while the record stands.
+--   reconcile     with on_unknown => 'reconcile' instead of unknown: the
+--                 key is claimed; check the outside system by the key
+--                 before repeating the effect
 -- Errors for the client are application/problem+json bodies (RFC 9457).
 --
 -- Invariants (docs/security.md#http):
@@ -44,7 +52,7 @@ CREATE TYPE @extschema@.idem_http_response AS (
 );
 
 COMMENT ON TYPE @extschema@.idem_http_response IS
-    'An answer of idem_http_begin: action (proceed, replay, in_flight, mismatch, missing_key, invalid_key, no_response) and, except for proceed, the HTTP status, headers and body to send';
+    'An answer of idem_http_begin: action (proceed, reconcile, replay, in_flight, mismatch, missing_key, invalid_key, no_response, unknown) and, except for proceed and reconcile, the HTTP status, headers and body to send';
 
 -- The key of an Idempotency-Key header value: a Structured Field String
 -- ("...", RFC 8941; \" and \\ unescaped), or, leniently, a bare run of
@@ -358,13 +366,15 @@ CREATE FUNCTION @extschema@.idem_http_begin(
     ttl pg_catalog.interval DEFAULT NULL,
     content_type pg_catalog.text DEFAULT NULL,
     docs_url pg_catalog.text DEFAULT NULL,
-    retry_after pg_catalog.int4 DEFAULT 1)
+    retry_after pg_catalog.int4 DEFAULT 1,
+    on_unknown pg_catalog.text DEFAULT 'refuse')
 RETURNS @extschema@.idem_http_response
 LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     k text;
+    effect_unknown bool := false;
     fp text;
     old text;
     rec @extschema@.idem_record;
@@ -376,14 +386,21 @@ DECLARE
 BEGIN
     -- (Few expressions on the common path: PL/pgSQL prepares each one
     -- anew in every transaction.)
-    IF method IS NULL OR path IS NULL OR scope IS NULL OR require_key IS NULL OR retry_after IS NULL OR retry_after < 0 THEN
+    IF method IS NULL OR path IS NULL OR scope IS NULL OR require_key IS NULL OR retry_after IS NULL OR retry_after < 0
+       OR on_unknown IS NULL OR on_unknown NOT IN ('refuse', 'reconcile') THEN
         IF retry_after < 0 THEN
             RAISE EXCEPTION 'idem_http_begin: retry_after must not be negative'
                 USING ERRCODE = '22023',
                       DETAIL = format('retry_after is %s seconds.', retry_after),
                       HINT = 'Pass the number of seconds a client should wait before it retries a request in flight.';
         END IF;
-        RAISE EXCEPTION 'idem_http_begin: method, path, scope, require_key and retry_after must not be NULL'
+        IF on_unknown NOT IN ('refuse', 'reconcile') THEN
+            RAISE EXCEPTION 'idem_http_begin: on_unknown must be refuse or reconcile'
+                USING ERRCODE = '22023',
+                      DETAIL = format('on_unknown is %s.', quote_literal(on_unknown)),
+                      HINT = 'Pass reconcile only when the handler can check the outside system by the key before it repeats the effect.';
+        END IF;
+        RAISE EXCEPTION 'idem_http_begin: method, path, scope, require_key, retry_after and on_unknown must not be NULL'
             USING ERRCODE = '22004',
                   DETAIL = 'The request is identified by its method and path within the scope.',
                   HINT = 'Pass the request''s method and path; leave out the arguments that have defaults.';
@@ -455,12 +472,26 @@ BEGIN
                 RETURN r;
             END IF;
             IF rec.status = 'claimed' THEN
-                r.action := 'proceed';    -- claimed earlier in this transaction
+                -- claimed earlier in this transaction: the same answer
+                r.action := CASE WHEN on_unknown = 'reconcile' AND rec.effect_unknown_attempt IS NOT NULL
+                                 THEN 'reconcile' ELSE 'proceed' END;
                 RETURN r;
             END IF;
             IF rec.status = 'in_progress' AND rec.locked_until > clock_timestamp() THEN
                 EXIT;    -- a live lease: in flight
             END IF;
+            -- A lease that ran out after its mark: its effect may have
+            -- happened.  (A retryable failure after that is a worker's
+            -- verdict that a retry is safe: reconcile only if asked.)
+            effect_unknown := rec.status = 'in_progress' AND rec.effect_started_at IS NOT NULL;
+            IF effect_unknown AND on_unknown = 'refuse' THEN
+                r := @extschema@.idem_http_problem(500::pg_catalog.int4, 'The outcome of the first request is unknown'::pg_catalog.text,
+                    'The first request with this Idempotency-Key stopped after it began an outside effect and before it stored a response, so the effect may have happened. Check the resource before you retry; a retry with this key gets this answer until the server settles it or the key expires.'::pg_catalog.text,
+                    'idempotency-key-outcome-unknown'::pg_catalog.text, docs_url::pg_catalog.text, NULL::pg_catalog.jsonb);
+                r.action := 'unknown';
+                RETURN r;
+            END IF;
+            effect_unknown := effect_unknown OR rec.effect_unknown_attempt IS NOT NULL;
         END IF;
         -- No live record, a retryable failure or a lease that ran out:
         -- claim it.  Another transaction holding the key (its record not
@@ -479,9 +510,10 @@ BEGIN
         END;
         IF claimed THEN
             PERFORM set_config('idem_http.claim', jsonb_build_array(scope, k)::text, true);
-            r.action := 'proceed';
+            r.action := CASE WHEN effect_unknown AND on_unknown = 'reconcile' THEN 'reconcile' ELSE 'proceed' END;
             RETURN r;
         END IF;
+        effect_unknown := false;
     END LOOP;
     r := @extschema@.idem_http_problem(409::pg_catalog.int4, 'A request with this Idempotency-Key is in progress'::pg_catalog.text,
         'The first request with this Idempotency-Key has not finished yet; retry after the time given in Retry-After.'::pg_catalog.text,
@@ -492,8 +524,8 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION @extschema@.idem_http_begin(pg_catalog.text, pg_catalog.text, pg_catalog.text, pg_catalog.bytea, pg_catalog.text, pg_catalog.bool, pg_catalog.interval, pg_catalog.text, pg_catalog.text, pg_catalog.int4) IS
-    'Begin an HTTP request with an Idempotency-Key in the handler''s transaction: proceed (the key is claimed), or the response to send (replay, in_flight 409, mismatch 422, missing_key or invalid_key 400, no_response 409)';
+COMMENT ON FUNCTION @extschema@.idem_http_begin(pg_catalog.text, pg_catalog.text, pg_catalog.text, pg_catalog.bytea, pg_catalog.text, pg_catalog.bool, pg_catalog.interval, pg_catalog.text, pg_catalog.text, pg_catalog.int4, pg_catalog.text) IS
+    'Begin an HTTP request with an Idempotency-Key in the handler''s transaction: proceed (the key is claimed), reconcile (claimed; an earlier attempt''s outside effect is unknown), or the response to send (replay, in_flight 409, mismatch 422, missing_key or invalid_key 400, no_response 409, unknown 500)';
 
 CREATE FUNCTION @extschema@.idem_http_finish(
     key pg_catalog.text,
@@ -609,7 +641,8 @@ BEGIN
     IF p !~ '^/rpc/' THEN
         r := @extschema@.idem_http_begin(raw::pg_catalog.text, m::pg_catalog.text, p::pg_catalog.text, NULL::pg_catalog.bytea,
                                          scope::pg_catalog.text, require_key::pg_catalog.bool, ttl::pg_catalog.interval,
-                                         NULL::pg_catalog.text, docs_url::pg_catalog.text, 1::pg_catalog.int4);
+                                         NULL::pg_catalog.text, docs_url::pg_catalog.text, 1::pg_catalog.int4,
+                                         'refuse'::pg_catalog.text);
         IF r.action = 'proceed' THEN
             IF raw IS NOT NULL THEN
                 PERFORM set_config('idem_http.postgrest',
@@ -672,7 +705,8 @@ BEGIN
     r := @extschema@.idem_http_begin(raw::pg_catalog.text, m::pg_catalog.text, p::pg_catalog.text,
                                      convert_to(coalesce(args, 'null')::text, 'UTF8')::pg_catalog.bytea,
                                      scope::pg_catalog.text, require_key::pg_catalog.bool, ttl::pg_catalog.interval,
-                                     NULL::pg_catalog.text, docs_url::pg_catalog.text, 1::pg_catalog.int4);
+                                     NULL::pg_catalog.text, docs_url::pg_catalog.text, 1::pg_catalog.int4,
+                                     'refuse'::pg_catalog.text);
     IF r.action = 'proceed' THEN
         IF raw IS NOT NULL THEN
             PERFORM set_config('idem_http.postgrest',
@@ -750,7 +784,7 @@ GRANT EXECUTE ON FUNCTION
     @extschema@.idem_http_check(pg_catalog.int4, pg_catalog.jsonb, pg_catalog.text, pg_catalog.text[]),
     @extschema@.idem_http_result(pg_catalog.int4, pg_catalog.jsonb, pg_catalog.bytea, pg_catalog.text[]),
     @extschema@.idem_http_fingerprint(pg_catalog.text, pg_catalog.text, pg_catalog.bytea, pg_catalog.text, pg_catalog.int4),
-    @extschema@.idem_http_begin(pg_catalog.text, pg_catalog.text, pg_catalog.text, pg_catalog.bytea, pg_catalog.text, pg_catalog.bool, pg_catalog.interval, pg_catalog.text, pg_catalog.text, pg_catalog.int4),
+    @extschema@.idem_http_begin(pg_catalog.text, pg_catalog.text, pg_catalog.text, pg_catalog.bytea, pg_catalog.text, pg_catalog.bool, pg_catalog.interval, pg_catalog.text, pg_catalog.text, pg_catalog.int4, pg_catalog.text),
     @extschema@.idem_http_finish(pg_catalog.text, pg_catalog.int4, pg_catalog.jsonb, pg_catalog.bytea, pg_catalog.text, pg_catalog.text[]),
     @extschema@.idem_http_postgrest_raise(@extschema@.idem_http_response),
     @extschema@.idem_http_postgrest_pre_request(pg_catalog.text, pg_catalog.bool, pg_catalog.text[], pg_catalog.interval, pg_catalog.text),

@@ -19,6 +19,8 @@ CREATE FUNCTION @extschema@.idem_stats(
     OUT completed pg_catalog.int8,
     OUT failed pg_catalog.int8,
     OUT purged pg_catalog.int8,
+    OUT owner_gone_takeovers pg_catalog.int8,
+    OUT unknown_takeovers pg_catalog.int8,
     OUT stats_reset pg_catalog.timestamptz)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'idem_stats'
@@ -39,6 +41,8 @@ CREATE VIEW @extschema@.idem_stats AS
            s.in_progress_conflicts,
            s.fingerprint_mismatches,
            s.takeovers,
+           s.owner_gone_takeovers,
+           s.unknown_takeovers,
            s.completed,
            s.failed,
            s.purged,

@@ -92,21 +92,52 @@ static IdemQuery q_claim_read = {
 	IDEM_REWRITTEN_PER_SHARD
 };
 
+/*
+ * The takeover of idem_claim.  A lease taken over after its mark
+ * (effect_started_at) leaves its attempt in effect_unknown_attempt, as
+ * idem_begin's takeover does (lease_begin.c); the claim holds no lease, so
+ * the mark and the owner session go.  CLAIM_TAKEOVER_CORE(set, returning)
+ * with both empty is the statement of a catalog not yet updated to 0.6.0.
+ */
+#define CLAIM_TAKEOVER_CORE(set, returning) \
+	"UPDATE @extschema@.idem_records r" \
+	" SET status = 'claimed', fingerprint = $3, result = NULL," \
+	"     created_at = $4, updated_at = $4, expires_at = $5," \
+	"     locked_until = NULL, token = NULL," \
+	"     attempts = CASE WHEN r.expires_at OPERATOR(pg_catalog.<=) $4" \
+	"                THEN 0 ELSE r.attempts END" \
+	set \
+	" WHERE r.scope OPERATOR(pg_catalog.=) $1 AND r.key OPERATOR(pg_catalog.=) $2" \
+	" AND " IDEM_CLAIMABLE_SQL \
+	returning
+
 static IdemQuery q_claim_takeover = {
-	"UPDATE @extschema@.idem_records r"
-	" SET status = 'claimed', fingerprint = $3, result = NULL,"
-	"     created_at = $4, updated_at = $4, expires_at = $5,"
-	"     locked_until = NULL, token = NULL,"
-	"     attempts = CASE WHEN r.expires_at OPERATOR(pg_catalog.<=) $4"
-	"                THEN 0 ELSE r.attempts END"
-	" WHERE r.scope OPERATOR(pg_catalog.=) $1 AND r.key OPERATOR(pg_catalog.=) $2"
-	" AND " IDEM_CLAIMABLE_SQL,
+	CLAIM_TAKEOVER_CORE(
+		", effect_unknown_attempt = CASE WHEN r.expires_at OPERATOR(pg_catalog.<=) $4 THEN NULL"
+		"     WHEN r.status OPERATOR(pg_catalog.=) 'in_progress'"
+		"      AND r.effect_started_at IS NOT NULL THEN r.attempts"
+		"     ELSE r.effect_unknown_attempt END,"
+		" effect_started_at = NULL, owner_pid = NULL, owner_start = NULL",
+		" RETURNING r.effect_unknown_attempt IS NOT NULL"),
 	5, {TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID},
 	IDEM_REWRITTEN_PER_SHARD
 };
 
+static IdemQuery q_claim_takeover_legacy = {
+	CLAIM_TAKEOVER_CORE("", ""),
+	5, {TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID},
+	IDEM_REWRITTEN_PER_SHARD
+};
+
+/* idem_claim's takeover for the catalog installed (lease_await.c). */
+static IdemQuery *
+claim_takeover_for(Oid nsp, Datum *values)
+{
+	return idem_records_current(nsp) ? &q_claim_takeover : &q_claim_takeover_legacy;
+}
+
 static const IdemClaimPlan claim_plan = {
-	&q_claim_insert, &q_claim_read, &q_claim_takeover, NULL, "claim"
+	&q_claim_insert, &q_claim_read, &q_claim_takeover, claim_takeover_for, "claim", 1
 };
 
 /* Define idempotency.log_duplicates (module.c's _PG_init). */
@@ -366,8 +397,13 @@ idem_claim_spi(const IdemClaimPlan *plan, Oid nsp, text *scope, text *key,
 		takeover = plan->takeover_for ? plan->takeover_for(nsp, values) : plan->takeover;
 		if (idem_query_exec(takeover, nsp, values, nulls, false, 0) == 1)
 		{
+			bool		unknown = false;
+
+			if (plan->unknown_col > 0 && SPI_tuptable != NULL)
+				unknown = DatumGetBool(idem_spi_read_required(SPI_tuptable, 0, plan->unknown_col,
+															  BOOLOID, "effect_unknown"));
 			idem_stats_count(scope, IDEM_STAT_CLAIMED);
-			idem_stats_count(scope, IDEM_STAT_TAKEOVER);
+			idem_count_takeover(fname, scope, key, false, unknown);
 			return IDEM_CLAIM_ACQUIRED;
 		}
 		/* Somebody else changed it first; look again. */
@@ -447,6 +483,31 @@ idem_log_duplicate(const char *verb, text *scope, text *key,
 			(errmsg("idempotency: duplicate %s of key \"%s\" in scope \"%s\", first claimed at %s, status %s",
 					verb, text_to_cstring(key), text_to_cstring(scope),
 					idem_timestamptz_cstring(first_claimed), status),
+			 errhidestmt(true)));
+}
+
+/*
+ * Count a takeover of (scope, key) by fname, because its bound owner's
+ * session was gone (owner_gone) or by time, and whether the new owner is
+ * told the outcome of an earlier attempt is unknown; with
+ * idempotency.log_duplicates, log the first two kinds.
+ */
+void
+idem_count_takeover(const char *fname, text *scope, text *key, bool owner_gone,
+					bool unknown)
+{
+	idem_stats_count(scope, IDEM_STAT_TAKEOVER);
+	if (owner_gone)
+		idem_stats_count(scope, IDEM_STAT_OWNER_GONE_TAKEOVER);
+	if (unknown)
+		idem_stats_count(scope, IDEM_STAT_UNKNOWN_TAKEOVER);
+	if (!log_duplicates || !(owner_gone || unknown))
+		return;
+	ereport(LOG,
+			(errmsg("idempotency: %s took over key \"%s\" in scope \"%s\"%s%s",
+					fname, text_to_cstring(key), text_to_cstring(scope),
+					owner_gone ? " from an owner session that is gone" : "",
+					unknown ? "; the outside effect of an earlier attempt is unknown" : ""),
 			 errhidestmt(true)));
 }
 

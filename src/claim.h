@@ -68,6 +68,8 @@ typedef struct IdemClaimPlan
 	/* NULL, or picks the takeover of a round (and may set its parameters) */
 	IdemQuery  *(*takeover_for) (Oid nsp, Datum *values);
 	const char *verb;			/* "claim", "begin": in the duplicate log line */
+	int			unknown_col;	/* the takeover's RETURNING column telling an
+								 * unknown outcome (bool), 0: none */
 } IdemClaimPlan;
 
 typedef enum IdemClaimOutcome
@@ -107,6 +109,8 @@ extern void idem_takeover_stuck(Oid nsp, const char *fname, text *scope,
 								text *key);
 extern void idem_fingerprint_mismatch(const char *fname, text *scope, text *key,
 									  TimestampTz first_claimed);
+extern void idem_count_takeover(const char *fname, text *scope, text *key,
+								bool owner_gone, bool unknown);
 extern void idem_log_duplicate(const char *verb, text *scope, text *key,
 							   TimestampTz first_claimed, const char *status);
 

@@ -179,6 +179,8 @@ typedef enum IdemStatKind
 	IDEM_STAT_COMPLETED,			/* idem_complete, idem_finish */
 	IDEM_STAT_FAILED,				/* idem_fail */
 	IDEM_STAT_PURGED,				/* expired records deleted by idem_purge */
+	IDEM_STAT_OWNER_GONE_TAKEOVER,	/* of the takeovers: the bound owner's session was gone */
+	IDEM_STAT_UNKNOWN_TAKEOVER,		/* of the takeovers: the outside effect is unknown */
 	IDEM_STAT_NKINDS
 } IdemStatKind;
 

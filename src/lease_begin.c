@@ -199,12 +199,12 @@ begin_takeover_legacy_for(Oid nsp, Datum *values)
 
 /* idem_begin's statements for idem_claim_spi (claim.c), and the legacy ones. */
 static const IdemClaimPlan begin_plan = {
-	&q_begin_insert, &q_begin_read, &q_begin_takeover, begin_takeover_for, "begin"
+	&q_begin_insert, &q_begin_read, &q_begin_takeover, begin_takeover_for, "begin", 3
 };
 
 static const IdemClaimPlan begin_plan_legacy = {
 	&q_begin_insert_legacy, &q_begin_read_legacy, &q_begin_takeover_legacy,
-	begin_takeover_legacy_for, "begin"
+	begin_takeover_legacy_for, "begin", 0
 };
 
 /* What begin_take_from_gone did. */
@@ -219,11 +219,11 @@ typedef enum BeginGone
  * After idem_claim_spi found a live lease in progress (its read's row in
  * SPI_tuptable): when the lease is bound to a session that is gone, take
  * it over with values' parameters, naming that owner as $10 and $11 so
- * that the UPDATE re-checks it on the newest row version.  Counted when
- * taken; SPI_tuptable then holds the takeover's row.
+ * that the UPDATE re-checks it on the newest row version.  Counted (and
+ * logged) when taken; SPI_tuptable then holds the takeover's row.
  */
 static BeginGone
-begin_take_from_gone(Oid nsp, text *scope, Datum *values, char *nulls)
+begin_take_from_gone(Oid nsp, text *scope, text *key, Datum *values, char *nulls)
 {
 	bool		pid_null;
 	bool		start_null;
@@ -249,8 +249,16 @@ begin_take_from_gone(Oid nsp, text *scope, Datum *values, char *nulls)
 		SPI_freetuptable(SPI_tuptable);
 		return BEGIN_GONE_RACED;
 	}
+	/*
+	 * Not an in-progress conflict after all: take back the one that
+	 * idem_claim_spi counted for the live lease (pending in this backend
+	 * until the transaction ends, so the two cancel out there).
+	 */
+	idem_stats_add(scope, IDEM_STAT_IN_PROGRESS_CONFLICT, -1);
 	idem_stats_count(scope, IDEM_STAT_CLAIMED);
-	idem_stats_count(scope, IDEM_STAT_TAKEOVER);
+	idem_count_takeover("idem_begin", scope, key, true,
+						DatumGetBool(idem_spi_read_required(SPI_tuptable, 0, 3, BOOLOID,
+															"effect_unknown")));
 	return BEGIN_GONE_TAKEN;
 }
 
@@ -286,7 +294,7 @@ begin_decide(Oid nsp, text *scope, text *key, Datum *values, char *nulls,
 				out[2] = SPI_datumTransfer(out[2], false, -1);
 			return strcmp(rec.status, IDEM_STATUS_FAILED) == 0 ? "failed" : "completed";
 		}
-		gone = current ? begin_take_from_gone(nsp, scope, values, nulls) :
+		gone = current ? begin_take_from_gone(nsp, scope, key, values, nulls) :
 			BEGIN_OWNER_HERE;
 		if (gone == BEGIN_OWNER_HERE)
 			return "in_progress";

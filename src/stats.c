@@ -8,7 +8,8 @@
  *	  returns at once and idem_stats() and idem_stats_reset() fail (55000).
  *
  *	  Counting rules (the callers report events as they happen):
- *	  - Effects (claimed, takeovers, completed, failed, purged) change
+ *	  - Effects (claimed, takeovers and of them owner_gone_takeovers and
+ *	    unknown_takeovers, completed, failed, purged) change
  *	    idem_records and count only if they commit: pending per subtransaction
  *	    level, handed to the parent when it commits, dropped when it rolls
  *	    back, added to shared memory at XACT_EVENT_COMMIT (durable and visible;
@@ -66,6 +67,9 @@ PG_FUNCTION_INFO_V1(idem_stats_reset);
 #define STATS_TRANCHE		"idempotency"
 #define OVERFLOW_SCOPE		"*"
 
+/* The counters idem_stats declared in 0.5.0: claimed ... purged. */
+#define STATS_NKINDS_0_5	(IDEM_STAT_PURGED + 1)
+
 /* idempotency.stats_max_scopes */
 static int	stats_max_scopes = 1000;
 
@@ -85,6 +89,8 @@ static const bool stat_is_observation[IDEM_STAT_NKINDS] = {
 	[IDEM_STAT_COMPLETED] = false,
 	[IDEM_STAT_FAILED] = false,
 	[IDEM_STAT_PURGED] = false,
+	[IDEM_STAT_OWNER_GONE_TAKEOVER] = false,
+	[IDEM_STAT_UNKNOWN_TAKEOVER] = false,
 };
 
 /* Shared memory: the key is zero-padded, so it can be hashed as bytes. */
@@ -489,11 +495,14 @@ stats_check_available(const char *fname)
  *            OUT duplicates bigint, OUT in_progress_conflicts bigint,
  *            OUT fingerprint_mismatches bigint, OUT takeovers bigint,
  *            OUT completed bigint, OUT failed bigint, OUT purged bigint,
+ *            OUT owner_gone_takeovers bigint, OUT unknown_takeovers bigint,
  *            OUT stats_reset timestamptz) RETURNS SETOF record
  *
  * One row per (database, scope) counted since the last reset, plus the
  * overflow row (dbid 0, scope '*') when it has counted anything.  Rows of
  * other databases only for roles with the privileges of pg_read_all_stats.
+ * A catalog not yet updated to 0.6.0 declares the counters up to purged
+ * only (STATS_NKINDS_0_5): those are returned.
  * Fails with 55000 without shared_preload_libraries, 0A000 when called
  * where a set cannot be accepted.
  */
@@ -508,11 +517,18 @@ idem_stats(PG_FUNCTION_ARGS)
 	StatsEntry *e;
 	TimestampTz reset;
 	bool		all_databases;
+	int			nkinds;
 
-	rsinfo = idem_srf_begin(fcinfo, fname, 3 + IDEM_STAT_NKINDS);
+	idem_check_srf(fcinfo, fname);
+	InitMaterializedSRF(fcinfo, 0);
+	rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	stats_check_available(fname);
 	tupdesc = rsinfo->setDesc;
 	tupstore = rsinfo->setResult;
+	nkinds = tupdesc->natts - 3;
+	if (nkinds != IDEM_STAT_NKINDS && nkinds != STATS_NKINDS_0_5)
+		elog(ERROR, "%s: expected %d result columns, got %d",
+			 fname, 3 + IDEM_STAT_NKINDS, tupdesc->natts);
 
 	all_databases = has_privs_of_role(GetUserId(), ROLE_PG_READ_ALL_STATS);
 
@@ -534,14 +550,14 @@ idem_stats(PG_FUNCTION_ARGS)
 		memset(nulls, 0, sizeof(nulls));
 		values[0] = ObjectIdGetDatum(e->key.dbid);
 		values[1] = CStringGetTextDatum(e->key.scope);
-		for (i = 0; i < IDEM_STAT_NKINDS; i++)
+		for (i = 0; i < nkinds; i++)
 		{
 			uint64		v = pg_atomic_read_u64(&e->counts[i]);
 
 			any |= (v != 0);
 			values[2 + i] = Int64GetDatum((int64) v);
 		}
-		values[2 + IDEM_STAT_NKINDS] = TimestampTzGetDatum(reset);
+		values[2 + nkinds] = TimestampTzGetDatum(reset);
 
 		if (overflow && !any)
 			continue;

@@ -224,6 +224,17 @@ BEGIN
              INTO idem_begin.token, idem_begin.attempt, idem_begin.effect_unknown;
         IF FOUND THEN
             outcome := 'acquired';
+            IF gone_pid IS NOT NULL OR idem_begin.effect_unknown THEN
+                setting := pg_catalog.current_setting('idempotency.log_duplicates', true);
+                IF setting IS NOT NULL AND setting OPERATOR(pg_catalog.<>) '' AND setting::pg_catalog.bool THEN
+                    RAISE LOG 'idempotency: idem_begin took over key "%" in scope "%"%',
+                        key, scope,
+                        CASE WHEN gone_pid IS NOT NULL THEN ' from an owner session that is gone' ELSE '' END
+                        OPERATOR(pg_catalog.||)
+                        CASE WHEN idem_begin.effect_unknown
+                             THEN '; the outside effect of an earlier attempt is unknown' ELSE '' END;
+                END IF;
+            END IF;
             RETURN;
         END IF;
     END LOOP;

@@ -435,7 +435,13 @@ BEGIN
                created_at = now_, updated_at = now_, expires_at = expires,
                locked_until = NULL, token = NULL,
                attempts = CASE WHEN r.expires_at OPERATOR(pg_catalog.<=) now_
-                          THEN 0 ELSE r.attempts END
+                          THEN 0 ELSE r.attempts END,
+               -- a lease taken over after its mark: its effect is unknown
+               effect_unknown_attempt = CASE WHEN r.expires_at OPERATOR(pg_catalog.<=) now_ THEN NULL
+                                        WHEN r.status OPERATOR(pg_catalog.=) 'in_progress'
+                                         AND r.effect_started_at IS NOT NULL THEN r.attempts
+                                        ELSE r.effect_unknown_attempt END,
+               effect_started_at = NULL, owner_pid = NULL, owner_start = NULL
          WHERE r.scope OPERATOR(pg_catalog.=) (idem_claim.scope COLLATE pg_catalog."C")
            AND r.key OPERATOR(pg_catalog.=) (idem_claim.key COLLATE pg_catalog."C")
            AND (r.expires_at OPERATOR(pg_catalog.<=) now_

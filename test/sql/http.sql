@@ -147,6 +147,51 @@ BEGIN;
 SELECT pg_temp.show(idem_http_begin('leased-2', 'POST', '/orders'));
 SELECT status FROM idem_records WHERE scope = 'http' AND key = 'leased-2';
 ROLLBACK;
+-- The unknown outcome.  A lease that ran out after its worker marked the
+-- outside effect started (idem_effect_started) may have charged: by
+-- default 500 idempotency-key-outcome-unknown, nothing written, so every
+-- retry gets the same answer; the record stays as it was.
+SELECT idem_effect_started('http', 'unknown-1', token) IS NOT NULL AS marked
+  FROM idem_begin('http', 'unknown-1', lease => '1 millisecond');
+SELECT pg_sleep(0.01);
+BEGIN;
+SELECT pg_temp.show(idem_http_begin('unknown-1', 'POST', '/payments'));
+ROLLBACK;
+SELECT status, problem ->> 'type' AS type, problem ->> 'detail' AS detail
+  FROM idem_http_begin('unknown-1', 'POST', '/payments', docs_url => 'https://api.example.com/idempotency');
+SELECT status, effect_started_at IS NOT NULL AS marked, effect_unknown_attempt
+  FROM idem_records WHERE scope = 'http' AND key = 'unknown-1';
+-- The lease stored no fingerprint: another body gets the same answer.
+SELECT pg_temp.show(idem_http_begin('unknown-1', 'POST', '/payments', '{"amount": 2}'));
+-- A handler that can reconcile opts in: the key is claimed (the takeover
+-- records the unknown attempt, as idem_begin's does); begun again in the
+-- transaction, the same answer.  Rolled back, the unknown stands.
+BEGIN;
+SELECT pg_temp.show(idem_http_begin('unknown-1', 'POST', '/payments', on_unknown => 'reconcile'));
+SELECT status, effect_started_at IS NULL AS unmarked, (idem_lookup('http', 'unknown-1')).effect_unknown_attempt
+  FROM idem_records WHERE scope = 'http' AND key = 'unknown-1';
+SELECT pg_temp.show(idem_http_begin('unknown-1', 'POST', '/payments', on_unknown => 'reconcile'));
+ROLLBACK;
+SELECT pg_temp.show(idem_http_begin('unknown-1', 'POST', '/payments'));
+-- Reconciled (the gateway knew the charge) and stored: replayed after.
+BEGIN;
+SELECT pg_temp.show(idem_http_begin('unknown-1', 'POST', '/payments', on_unknown => 'reconcile'));
+SELECT idem_http_finish('unknown-1', 201, '{"content-type": "text/plain"}', 'charged once');
+COMMIT;
+SELECT pg_temp.show(idem_http_begin('unknown-1', 'POST', '/payments'));
+-- Marked, then finished: the stored response, nothing unknown.  A live
+-- marked lease is in flight.  Unmarked and run out (leased-2 above): proceed.
+SELECT idem_finish('http', 'marked-1', token, idem_http_result(201, NULL, 'done'))
+  FROM (SELECT idem_effect_started('http', 'marked-1', token), token
+          FROM idem_begin('http', 'marked-1')) AS b;
+SELECT pg_temp.show(idem_http_begin('marked-1', 'POST', '/payments'));
+SELECT idem_effect_started('http', 'marked-2', token) IS NOT NULL AS marked
+  FROM idem_begin('http', 'marked-2', lease => '1 hour');
+SELECT pg_temp.show(idem_http_begin('marked-2', 'POST', '/payments'));
+SELECT pg_temp.show(idem_http_begin('marked-2', 'POST', '/payments', on_unknown => 'reconcile'));
+-- on_unknown is refuse or reconcile.
+SELECT pg_temp.try($$SELECT idem_http_begin('unknown-1', 'POST', '/payments', on_unknown => 'retry')$$);
+SELECT pg_temp.try($$SELECT idem_http_begin('unknown-1', 'POST', '/payments', on_unknown => NULL)$$);
 -- A permanent failure stored in the HTTP shape (a declined card, 402) is
 -- replayed; a retryable one lets the retry proceed.
 SELECT outcome FROM idem_begin('http', 'failed-1');

@@ -16,18 +16,30 @@ TRUNCATE idem_records;
 
 -- The counters of one scope, from a reset: two claims and a duplicate,
 -- a lease begun and finished, a fingerprint mismatch, an expired record
--- taken over, and a purge.  (Without the preload: the 55000 errors.)
+-- taken over, a lease taken over after its mark (unknown) and one whose
+-- bound owner session is gone (its start time changed: what a later
+-- backend with the dead owner's pid looks like), and a purge.  (Without
+-- the preload: the 55000 errors.)
 SELECT pg_temp.try($$SELECT idem_stats_reset() IS NOT NULL$$) AS reset;
 SELECT idem_claim('stats-count', 'k1') AS k1, idem_claim('stats-count', 'k2', NULL, 'fp') AS k2;
 SELECT idem_claim('stats-count', 'k1') AS k1_again;
 SELECT pg_temp.try($$SELECT idem_claim('stats-count', 'k2', NULL, 'other')$$) AS mismatch;
 SELECT idem_finish('stats-count', 'job', token) FROM idem_begin('stats-count', 'job');
+SELECT idem_effect_started('stats-count', 'marked', token) IS NOT NULL AS marked
+  FROM idem_begin('stats-count', 'marked', lease => '1 millisecond');
+SELECT outcome FROM idem_begin('stats-count', 'bound', bind_to_session => true);
+UPDATE idem_records SET owner_start = owner_start - interval '1 day' WHERE scope = 'stats-count' AND key = 'bound';
+SELECT pg_sleep(0.01);
+SELECT outcome, effect_unknown FROM idem_begin('stats-count', 'marked')
+UNION ALL
+SELECT outcome, effect_unknown FROM idem_begin('stats-count', 'bound');
 UPDATE idem_records SET expires_at = now() - interval '1 second' WHERE scope = 'stats-count' AND key = 'k2';
 SELECT idem_claim('stats-count', 'k2') AS taken_over;
 UPDATE idem_records SET expires_at = now() - interval '1 second' WHERE scope = 'stats-count' AND key = 'k1';
 SELECT idem_purge() AS purged;
 SELECT pg_temp.try($$SELECT concat_ws(' ', claimed, duplicates, in_progress_conflicts, fingerprint_mismatches,
-                                      takeovers, completed, failed, purged)
+                                      takeovers, owner_gone_takeovers, unknown_takeovers,
+                                      completed, failed, purged)
                       FROM idem_stats WHERE scope = 'stats-count'$$) AS counters;
 
 -- Without shared_preload_libraries: a clear error, with detail and hint.

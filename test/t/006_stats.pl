@@ -274,6 +274,63 @@ cmp_ok(
 	'<', 1600,
 	'bench2: rolled-back claims not counted');
 
+# Takeovers of leases: because the bound owner's session was gone
+# (owner_gone_takeovers), and after the owner marked its outside effect
+# started (unknown_takeovers), each logged with
+# idempotency.log_duplicates.  The owner marks, then is terminated: the
+# next idem_begin takes over at once, told unknown.  A marked lease that
+# ran out taken over by idem_claim (what idem_http_begin's reconcile does)
+# is unknown too; an unmarked one that ran out is a plain takeover.
+$node->safe_psql('postgres', 'SELECT idem_stats_reset()');
+$node->safe_psql('postgres', 'ALTER SYSTEM SET idempotency.log_duplicates = on');
+$node->reload;
+{
+	my $owner = $node->background_psql('postgres');
+	my $pid = $owner->query_safe(q{
+		SELECT idem_effect_started('lease', 'gone', token) IS NOT NULL
+		  FROM idem_begin('lease', 'gone', lease => '5 minutes', bind_to_session => true);
+		SELECT pg_backend_pid()});
+	$pid =~ s/.*\n//s;
+	$node->safe_psql('postgres', "SELECT pg_terminate_backend($pid)");
+	$node->poll_query_until('postgres',
+		"SELECT count(*) = 0 FROM pg_stat_activity WHERE pid = $pid")
+	  or die "backend $pid did not go";
+	eval { $owner->quit };
+}
+my $log_offset = -s $node->logfile;
+is( $node->safe_psql(
+		'postgres',
+		"SELECT concat_ws(':', outcome, attempt, effect_unknown) FROM idem_begin('lease', 'gone', lease => '5 minutes')"),
+	'acquired:2:t',
+	'the terminated owner had marked: taken over at once, told unknown');
+$node->safe_psql(
+	'postgres', q{
+	SELECT idem_effect_started('lease', 'timed', token) IS NOT NULL
+	  FROM idem_begin('lease', 'timed', lease => '1 millisecond');
+	SELECT outcome FROM idem_begin('lease', 'plain', lease => '1 millisecond');
+	SELECT pg_sleep(0.01);
+	SELECT idem_claim('lease', 'timed');
+	SELECT idem_claim('lease', 'plain');
+});
+is( $node->safe_psql(
+		'postgres',
+		"SELECT concat_ws(' ', takeovers, owner_gone_takeovers, unknown_takeovers) FROM idem_stats WHERE scope = 'lease'"),
+	'3 1 2',
+	'takeovers: 3, of them 1 from a gone owner, 2 told unknown');
+is( $node->safe_psql('postgres',
+		"SELECT effect_unknown_attempt FROM idem_records WHERE key = 'timed'"),
+	'1', 'idem_claim records the unknown attempt');
+ok( $node->log_contains(
+		qr/idem_begin took over key "gone" in scope "lease" from an owner session that is gone; the outside effect of an earlier attempt is unknown/,
+		$log_offset),
+	'the owner-gone takeover is logged');
+ok($node->log_contains(qr/idem_claim took over key "timed" in scope "lease"; the outside effect/, $log_offset),
+	'the unknown takeover by idem_claim is logged');
+ok(!$node->log_contains(qr/took over key "plain"/, $log_offset),
+	'a plain takeover by time is not');
+$node->safe_psql('postgres', 'ALTER SYSTEM RESET idempotency.log_duplicates');
+$node->reload;
+
 # Bounded: stats_max_scopes = 6 pairs; the 7th and later pairs are counted
 # in one row with scope '*' and no database.
 $node->safe_psql('postgres', 'SELECT idem_stats_reset()');

@@ -96,9 +96,9 @@ my %null_rules = (
 		'', [ '500', q{'t'}, q{'d'}, q{'c'}, q{'u'}, q{'{}'} ], [ '22004', '22004', 'ok', 'ok', 'ok', 'ok' ] ],
 	'idem_http_result(integer,jsonb,bytea,text[])' =>
 	  [ '', [ '200', q{'{}'}, q{'x'}, q{ARRAY['etag']} ], [ '22004', 'ok', 'ok', 'ok' ] ],
-	'idem_http_begin(text,text,text,bytea,text,boolean,interval,text,text,integer)' => [ '',
-		[ q{'nk'}, q{'POST'}, q{'/p'}, q{'x'}, q{'s'}, 'true', q{'1 day'}, q{'text/plain'}, q{'u'}, '1' ],
-		[ 'ok', '22004', '22004', 'ok', '22004', '22004', 'ok', 'ok', 'ok', '22004' ] ],
+	'idem_http_begin(text,text,text,bytea,text,boolean,interval,text,text,integer,text)' => [ '',
+		[ q{'nk'}, q{'POST'}, q{'/p'}, q{'x'}, q{'s'}, 'true', q{'1 day'}, q{'text/plain'}, q{'u'}, '1', q{'reconcile'} ],
+		[ 'ok', '22004', '22004', 'ok', '22004', '22004', 'ok', 'ok', 'ok', '22004', '22004' ] ],
 	'idem_http_finish(text,integer,jsonb,bytea,text,text[])' => [
 		q{SELECT idem_http_begin('nk', 'POST', '/p', scope => 's')},
 		[ q{'nk'}, '200', q{'{}'}, q{'x'}, q{'s'}, q{ARRAY['etag']} ], [ 'ok:', '22004', 'ok:', 'ok:', '22004', 'ok:' ] ],

@@ -147,7 +147,7 @@ my %calls = (
 	'idem_http_check(integer,jsonb,text,text[])' => [ [ q{SELECT idem_http_check(201, '{}', NULL, NULL) ->> 'status'}, 'ok:201' ] ],
 	'idem_http_fingerprint(text,text,bytea,text,integer)' => [ [ q{SELECT idem_http_fingerprint('POST', '/p')},
 		'ok:idem-http/2 bf0c55601373c6c6a21d7a40e3207c209d0cf5d982f5ab8e448afe81a8643602' ] ],
-	'idem_http_begin(text,text,text,bytea,text,boolean,interval,text,text,integer)' =>
+	'idem_http_begin(text,text,text,bytea,text,boolean,interval,text,text,integer,text)' =>
 	  [ [ q{SELECT idem_http_begin('done', 'POST', '/p', scope => 'sec')}, '42501' ] ],
 	'idem_http_finish(text,integer,jsonb,bytea,text,text[])' => [ [ q{SELECT idem_http_finish('done', 200, scope => 'sec')}, '42501' ] ],
 	'idem_http_postgrest_raise(idem_http_response)' => [ [ q{SELECT idem_http_postgrest_raise(idem_http_problem(409, 'x'))}, 'PGRST' ] ],

@@ -66,6 +66,7 @@ CREATE TYPE public.record AS (x int);
 my @overloads = (
 	'idem_http_begin(text, text, text, text, text, boolean, interval, text, text) RETURNS idem_http_response',
 	'idem_http_begin(text, text, text, text, text, boolean, interval, text, text, text) RETURNS idem_http_response',
+	'idem_http_begin(text, text, text, bytea, text, boolean, interval, text, text, integer) RETURNS idem_http_response',
 	'idem_http_problem(integer, text, text, text, text, text) RETURNS idem_http_response',
 	'idem_http_parse_key(varchar) RETURNS text',
 	'idem_http_result(integer, text, text, text[]) RETURNS jsonb',

@@ -186,8 +186,12 @@ outbox_portable_script() {
     [ "$BENCH_BUILD" = 1 ] || { PORTABLE_SCRIPT=missing; return 1; }
     make -C "$WORK/build" -s PG_CONFIG=/nonexistent portable >"$WORK/portable.log" 2>&1 \
         || { cat "$WORK/portable.log" >&2; PORTABLE_SCRIPT=missing; return 1; }
-    PORTABLE_SCRIPT=$S/$(basename "$WORK"/build/build/portable/idempotency-portable--*.sql)
-    cp "$WORK"/build/build/portable/idempotency-portable--*.sql "$PORTABLE_SCRIPT"
+    local v f
+    v=$(sed -n "s/^default_version = '\(.*\)'/\1/p" "$WORK/build/idempotency.control")
+    f=$WORK/build/build/portable/idempotency-portable--$v.sql    # not the upgrade script
+    [ -f "$f" ] || { echo "bench/outbox.sh: $f was not built" >&2; PORTABLE_SCRIPT=missing; return 1; }
+    PORTABLE_SCRIPT=$S/$(basename "$f")
+    cp "$f" "$PORTABLE_SCRIPT"
     [ "$(id -u)" -ne 0 ] || chown postgres: "$PORTABLE_SCRIPT"
 }
 

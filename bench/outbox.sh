@@ -33,11 +33,17 @@
 #   BENCH_OUTBOX_FETCH       max per fetch (and per queue batch) [100]
 #   BENCH_OUTBOX_CONSUMERS   pgbench clients of outbox_fetch [4]
 #   BENCH_OUTBOX_AGGREGATES  aggregates of the preloaded messages [1000]
+#   BENCH_OUTBOX_EDITION     c, or portable: every side of the outbox pairs
+#                            in databases made with the portable edition's
+#                            plain script (built from the private copy,
+#                            BENCH_BUILD=1) instead of CREATE EXTENSION [c]
 
 BENCH_OUTBOX_MESSAGES=${BENCH_OUTBOX_MESSAGES:-2000000}
 BENCH_OUTBOX_FETCH=${BENCH_OUTBOX_FETCH:-100}
 BENCH_OUTBOX_CONSUMERS=${BENCH_OUTBOX_CONSUMERS:-4}
 BENCH_OUTBOX_AGGREGATES=${BENCH_OUTBOX_AGGREGATES:-1000}
+BENCH_OUTBOX_EDITION=${BENCH_OUTBOX_EDITION:-c}
+case $BENCH_OUTBOX_EDITION in c|portable) ;; *) idem_die "BENCH_OUTBOX_EDITION must be c or portable (got '$BENCH_OUTBOX_EDITION')";; esac
 for v in BENCH_OUTBOX_MESSAGES BENCH_OUTBOX_FETCH BENCH_OUTBOX_CONSUMERS BENCH_OUTBOX_AGGREGATES; do
     case ${!v} in ''|*[!0-9]*|0) idem_die "$v must be a positive integer (got '${!v}')";; esac
 done
@@ -68,6 +74,7 @@ outbox_ops_per_tx() { # pair: 1 (outbox_fetch's operations are messages, see out
 }
 
 outbox_what() { # pair
+    [ "$BENCH_OUTBOX_EDITION" = c ] || printf 'portable edition: '
     case $1 in
         outbox) echo "tx/s: claim + UPDATE + INSERT with idem_publish vs the claim only";;
         outbox_sql) echo "tx/s: the same with idem_publish vs a hand-written INSERT into a Debezium-shaped table";;
@@ -172,15 +179,43 @@ SQL
     [ "$(id -u)" -ne 0 ] || chown postgres: "$S"/outbox_*
 }
 
+# The portable edition's plain script, built once (run.sh builds it too
+# when a portable_* pair is listed).
+outbox_portable_script() {
+    case ${PORTABLE_SCRIPT:-} in ''|missing) ;; *) return 0;; esac
+    [ "$BENCH_BUILD" = 1 ] || { PORTABLE_SCRIPT=missing; return 1; }
+    make -C "$WORK/build" -s PG_CONFIG=/nonexistent portable >"$WORK/portable.log" 2>&1 \
+        || { cat "$WORK/portable.log" >&2; PORTABLE_SCRIPT=missing; return 1; }
+    local v f
+    v=$(sed -n "s/^default_version = '\(.*\)'/\1/p" "$WORK/build/idempotency.control")
+    f=$WORK/build/build/portable/idempotency-portable--$v.sql    # not the upgrade script
+    [ -f "$f" ] || { echo "bench/outbox.sh: $f was not built" >&2; PORTABLE_SCRIPT=missing; return 1; }
+    PORTABLE_SCRIPT=$S/$(basename "$f")
+    cp "$f" "$PORTABLE_SCRIPT"
+    [ "$(id -u)" -ne 0 ] || chown postgres: "$PORTABLE_SCRIPT"
+}
+
+# make_template for the edition of BENCH_OUTBOX_EDITION.
+outbox_make_template() { # name psql-args...
+    [ "$BENCH_OUTBOX_EDITION" = portable ] || { make_template "$@"; return; }
+    local db=$1; shift
+    [ "$(q postgres -c "SELECT count(*) FROM pg_database WHERE datname = '$db'")" = 0 ] || return 0
+    portable_db "$db" && q "$db" "$@" >/dev/null
+}
+
 outbox_setup_pair() { # pair; 0 ok, 1 skip, 2 failure
     if ! has_function 'idem_publish(text,jsonb,text,text,jsonb,text,text,integer)'; then
         SKIPPED+=("$1: skipped: function idem_publish not installed")
         return 1
     fi
+    if [ "$BENCH_OUTBOX_EDITION" = portable ] && ! outbox_portable_script; then
+        SKIPPED+=("$1: skipped: the portable edition needs the private build (BENCH_BUILD=1); see above")
+        return 1
+    fi
     [ -f "$S/outbox_publish.pgbench" ] || outbox_scripts
     case $1 in
         outbox|outbox_sql)
-            make_template outbox -f "$S/outbox_schema.sql" \
+            outbox_make_template outbox -f "$S/outbox_schema.sql" \
                 -c "INSERT INTO bench_accounts (id) SELECT g FROM generate_series(1, $BENCH_ACCOUNTS) g" \
                 -c "VACUUM ANALYZE bench_accounts" || return 2
             ;;
@@ -188,7 +223,7 @@ outbox_setup_pair() { # pair; 0 ok, 1 skip, 2 failure
             [ -z "${OUTBOX_TPL_DONE:-}" ] || return 0
             OUTBOX_TPL_DONE=1
             log "preparing database outbox_fetch_tpl ($BENCH_OUTBOX_MESSAGES messages)"
-            make_template outbox_fetch_tpl -f "$S/outbox_schema.sql" \
+            outbox_make_template outbox_fetch_tpl -f "$S/outbox_schema.sql" \
                 -c "CALL bench_outbox_load('accounts', $BENCH_OUTBOX_MESSAGES, 100, $BENCH_OUTBOX_AGGREGATES)" \
                 -c "SELECT idem_outbox_subscribe('bench', 'accounts', from_start => true)" \
                 -c "SELECT idem_outbox_subscribe('bench2', 'accounts', from_start => true)" \

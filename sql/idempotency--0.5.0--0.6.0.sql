@@ -1526,17 +1526,19 @@ CREATE INDEX idem_outbox_topic_aggregate_idx
     WHERE aggregate IS NOT NULL;
 
 -- One row per (topic, aggregate) ever published to: the aggregate's
--- lock.  idem_publish writes it (INSERT ... ON CONFLICT DO UPDATE) before
--- its message, and holds the row lock until its transaction ends.
+-- lock.  idem_publish locks it (SELECT ... FOR NO KEY UPDATE; the first
+-- publication inserts it) before its message and holds the lock until its
+-- transaction ends.  The row is never updated: a lock writes one small
+-- WAL record and no new row version.
 CREATE TABLE @extschema@.idem_outbox_aggregates (
     topic      pg_catalog.text COLLATE pg_catalog."C" NOT NULL,
     aggregate  pg_catalog.text COLLATE pg_catalog."C" NOT NULL,
-    published  pg_catalog.int8 NOT NULL DEFAULT 1,
     CONSTRAINT idem_outbox_aggregates_pkey PRIMARY KEY (topic, aggregate)
 );
 
 COMMENT ON TABLE @extschema@.idem_outbox_aggregates IS
-    'The aggregates published to, one row each: the row idem_publish locks until commit so that one aggregate''s messages take their positions in commit order; published counts the publications';
+    'The aggregates published to, one row each: the row idem_publish locks until commit so that one aggregate''s messages take their positions in commit order';
+
 
 REVOKE ALL ON TABLE @extschema@.idem_outbox_aggregates FROM PUBLIC;
 
@@ -1579,8 +1581,8 @@ REVOKE ALL ON SEQUENCE @extschema@.idem_outbox_position_seq FROM PUBLIC;
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.idem_outbox', '');
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.idem_outbox_position_seq', '');
 
-INSERT INTO @extschema@.idem_outbox_aggregates (topic, aggregate, published)
-SELECT o.topic, o.aggregate, pg_catalog.count(*)
+INSERT INTO @extschema@.idem_outbox_aggregates (topic, aggregate)
+SELECT o.topic, o.aggregate
   FROM @extschema@.idem_outbox o
  WHERE o.aggregate IS NOT NULL
  GROUP BY o.topic, o.aggregate;
@@ -1973,7 +1975,7 @@ BEGIN
         EXECUTE pg_catalog.format('GRANT SELECT, INSERT, UPDATE (available_at) ON TABLE %I.idem_outbox_runs TO %s', nsp, idem_outbox_grant.role);
     ELSE
         EXECUTE pg_catalog.format('GRANT SELECT ON TABLE %I.idem_outbox TO %s', nsp, idem_outbox_grant.role);
-        EXECUTE pg_catalog.format('GRANT SELECT, UPDATE (published) ON TABLE %I.idem_outbox_aggregates TO %s', nsp, idem_outbox_grant.role);
+        EXECUTE pg_catalog.format('GRANT SELECT, UPDATE (aggregate) ON TABLE %I.idem_outbox_aggregates TO %s', nsp, idem_outbox_grant.role);
         EXECUTE pg_catalog.format('GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE %I.idem_outbox_subscriptions TO %s', nsp, idem_outbox_grant.role);
         EXECUTE pg_catalog.format('GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE %I.idem_outbox_runs TO %s', nsp, idem_outbox_grant.role);
     END IF;
@@ -2232,39 +2234,75 @@ BEGIN
                       'UTF8')), 1, 16), 'hex'),
                   '8', 13, 1), '8', 17, 1)::pg_catalog.uuid;
 
-    -- The aggregate's lock: its row in idem_outbox_aggregates, taken (and
-    -- written) before the position is drawn and held until this
-    -- transaction ends, so that the messages of one aggregate take their
-    -- positions in commit order.  A row lock on our own table: only roles
-    -- that may publish to the topic can take it (docs/security.md).  A
-    -- topic relayed by logical messages only writes no row, and needs no
-    -- order in the table.  Then the message; the topic's relay comes back
-    -- with the row.
-    IF idem_publish.aggregate IS NOT NULL THEN
-        INSERT INTO @extschema@.idem_outbox_aggregates AS a (topic, aggregate)
-        SELECT idem_publish.topic, idem_publish.aggregate
+    -- The aggregate's lock: its row in idem_outbox_aggregates, locked FOR
+    -- NO KEY UPDATE (inserted by the first publication) before the
+    -- position is drawn and held until this transaction ends, so that the
+    -- messages of one aggregate take their positions in commit order.  A
+    -- lock writes a small WAL record and no row version (an update would
+    -- write one, and its index and pruning records).  A row lock on our
+    -- own table: only roles that may publish to the topic can take it
+    -- (docs/security.md).  A topic relayed by logical messages only takes
+    -- no lock, and needs no order in the table.
+    IF idem_publish.aggregate IS NOT NULL
+       AND NOT EXISTS (SELECT FROM @extschema@.idem_outbox_topics t
+                        WHERE t.topic OPERATOR(pg_catalog.=) (idem_publish.topic COLLATE pg_catalog."C")
+                          AND t.relay OPERATOR(pg_catalog.=) 'message') THEN
+        LOOP
+            PERFORM FROM @extschema@.idem_outbox_aggregates a
+              WHERE a.topic OPERATOR(pg_catalog.=) (idem_publish.topic COLLATE pg_catalog."C")
+                AND a.aggregate OPERATOR(pg_catalog.=) (idem_publish.aggregate COLLATE pg_catalog."C")
+                FOR NO KEY UPDATE;
+            EXIT WHEN FOUND;
+            -- The first publication: a concurrent first one makes this
+            -- wait for its end, insert nothing, and lock the row above.
+            INSERT INTO @extschema@.idem_outbox_aggregates AS a (topic, aggregate)
+            VALUES (idem_publish.topic, idem_publish.aggregate)
+            ON CONFLICT ON CONSTRAINT idem_outbox_aggregates_pkey DO NOTHING;
+            EXIT WHEN FOUND;
+        END LOOP;
+    END IF;
+    -- Then the message; the topic's relay comes back with the row.  A
+    -- message of a claim this transaction holds (c_scope is set) cannot be
+    -- published by another transaction meanwhile (it would have to write
+    -- the claim's record, which this transaction holds): a look-up and a
+    -- plain INSERT, without the confirmation record of ON CONFLICT.
+    IF c_scope IS NOT NULL THEN
+        IF NOT EXISTS (SELECT FROM @extschema@.idem_outbox o WHERE o.id OPERATOR(pg_catalog.=) msg_id) THEN
+            INSERT INTO @extschema@.idem_outbox AS o
+                   (id, topic, aggregate, type, payload, headers, scope, key, seq, xact_id, created_at)
+            SELECT msg_id, idem_publish.topic, idem_publish.aggregate, idem_publish.type,
+                   idem_publish.payload, idem_publish.headers, c_scope, c_key, idem_publish.seq,
+                   pg_catalog.pg_current_xact_id(), pg_catalog.now()
+             WHERE NOT EXISTS (SELECT FROM @extschema@.idem_outbox_topics t
+                                WHERE t.topic OPERATOR(pg_catalog.=) (idem_publish.topic COLLATE pg_catalog."C")
+                                  AND t.relay OPERATOR(pg_catalog.=) 'message')
+            RETURNING o.position,
+                      (SELECT t.relay FROM @extschema@.idem_outbox_topics t
+                        WHERE t.topic OPERATOR(pg_catalog.=) o.topic),
+                      EXISTS (SELECT FROM @extschema@.idem_outbox_subscriptions s
+                               WHERE s.topic OPERATOR(pg_catalog.=) o.topic)
+                 INTO pos_, how, subscribed;
+        ELSE
+            pos_ := NULL;
+        END IF;
+    ELSE
+        INSERT INTO @extschema@.idem_outbox AS o
+               (id, topic, aggregate, type, payload, headers, scope, key, seq, xact_id, created_at)
+        SELECT msg_id, idem_publish.topic, idem_publish.aggregate, idem_publish.type,
+               idem_publish.payload, idem_publish.headers, c_scope, c_key, idem_publish.seq,
+               pg_catalog.pg_current_xact_id(), pg_catalog.now()
          WHERE NOT EXISTS (SELECT FROM @extschema@.idem_outbox_topics t
                             WHERE t.topic OPERATOR(pg_catalog.=) (idem_publish.topic COLLATE pg_catalog."C")
                               AND t.relay OPERATOR(pg_catalog.=) 'message')
-        ON CONFLICT ON CONSTRAINT idem_outbox_aggregates_pkey DO UPDATE
-           SET published = a.published OPERATOR(pg_catalog.+) 1;
+        ON CONFLICT (id) DO NOTHING
+        RETURNING o.position,
+                  (SELECT t.relay FROM @extschema@.idem_outbox_topics t
+                    WHERE t.topic OPERATOR(pg_catalog.=) o.topic),
+                  EXISTS (SELECT FROM @extschema@.idem_outbox_subscriptions s
+                           WHERE s.topic OPERATOR(pg_catalog.=) o.topic)
+             INTO pos_, how, subscribed;
     END IF;
-    INSERT INTO @extschema@.idem_outbox AS o
-           (id, topic, aggregate, type, payload, headers, scope, key, seq, xact_id, created_at)
-    SELECT msg_id, idem_publish.topic, idem_publish.aggregate, idem_publish.type,
-           idem_publish.payload, idem_publish.headers, c_scope, c_key, idem_publish.seq,
-           pg_catalog.pg_current_xact_id(), pg_catalog.now()
-     WHERE NOT EXISTS (SELECT FROM @extschema@.idem_outbox_topics t
-                        WHERE t.topic OPERATOR(pg_catalog.=) (idem_publish.topic COLLATE pg_catalog."C")
-                          AND t.relay OPERATOR(pg_catalog.=) 'message')
-    ON CONFLICT (id) DO NOTHING
-    RETURNING o.position,
-              (SELECT t.relay FROM @extschema@.idem_outbox_topics t
-                WHERE t.topic OPERATOR(pg_catalog.=) o.topic),
-              EXISTS (SELECT FROM @extschema@.idem_outbox_subscriptions s
-                       WHERE s.topic OPERATOR(pg_catalog.=) o.topic)
-         INTO pos_, how, subscribed;
-    IF FOUND THEN
+    IF pos_ IS NOT NULL THEN
         IF subscribed THEN
             -- The pull API: every group of the topic gets a run of this
             -- message's aggregate (from this message: whatever came before

@@ -454,6 +454,20 @@ SELECT idem_revoke('regress_outbox_app');
 REVOKE USAGE ON SCHEMA public FROM regress_outbox_app;
 DROP ROLE regress_outbox_app;
 
+-- A publication for an aggregate that has its lock row locks the row and
+-- writes no new version of it (no update: less WAL); the first one
+-- inserts it.  Concurrent first publications: outbox_commit_order.spec.
+SELECT idem_publish('ob-lock', '{}', key => 'l1', aggregate => 'L') IS NOT NULL AS first;
+SELECT ctid AS lock_row FROM idem_outbox_aggregates WHERE topic = 'ob-lock' \gset
+BEGIN;
+SELECT idem_publish('ob-lock', '{}', key => 'l2', aggregate => 'L') IS NOT NULL AS second;
+SELECT locktype, mode FROM pg_locks
+ WHERE pid = pg_backend_pid() AND locktype = 'relation'
+   AND relation = 'idem_outbox_aggregates'::regclass ORDER BY mode;
+COMMIT;
+SELECT ctid = :'lock_row' AS same_row_version, count(*) OVER () AS rows
+  FROM idem_outbox_aggregates WHERE topic = 'ob-lock';
+
 -- Catalog: the labels of the functions (test/t/024_outbox.pl checks that
 -- pg_dump keeps the tables' rows).
 SELECT p.oid::regprocedure AS function, p.provolatile AS vol, p.proisstrict AS strict,

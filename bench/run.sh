@@ -230,8 +230,11 @@ portable_db() { # db: create it with the portable edition and bench/schema.sql
 }
 if [[ " $BENCH_PAIRS " == *" portable_"* ]]; then
     if [ "$BENCH_BUILD" = 1 ] && make -C "$WORK/build" -s PG_CONFIG=/nonexistent portable >"$WORK/portable.log" 2>&1; then
-        PORTABLE_SCRIPT=$S/$(basename "$WORK"/build/build/portable/idempotency-portable--*.sql)
-        cp "$WORK"/build/build/portable/idempotency-portable--*.sql "$PORTABLE_SCRIPT"
+        # the install script of default_version, not the upgrade built beside it
+        v=$(sed -n "s/^default_version = '\(.*\)'/\1/p" "$WORK/build/idempotency.control")
+        PORTABLE_SCRIPT=$S/idempotency-portable--$v.sql
+        cp "$WORK/build/build/portable/idempotency-portable--$v.sql" "$PORTABLE_SCRIPT" \
+            || idem_die "the portable script for $v was not built"
         [ "$(id -u)" -ne 0 ] || chown postgres: "$PORTABLE_SCRIPT"
         portable_db bench_p || idem_die "installing the portable edition into database bench_p failed"
         baseline_extras "q bench_p"

@@ -78,22 +78,42 @@ static IdemQuery q_many_live = {
 
 /*
  * Step 2: insert or take over the keys of $2, in array order (the caller
- * passes them sorted).  RETURNING lists the keys this statement claimed.
+ * passes them sorted).  RETURNING lists the keys this statement claimed,
+ * each with whether an earlier attempt's outside effect is unknown: a
+ * lease taken over after its mark (effect_started_at) leaves its attempt in
+ * effect_unknown_attempt, as idem_claim's takeover does (claim.c).
+ * MANY_CLAIM_CORE(set, returning) with set empty and returning false is the
+ * statement of a catalog not yet updated to 0.6.0.
  */
+#define MANY_CLAIM_CORE(set, returning) \
+	"INSERT INTO @extschema@.idem_records AS r" \
+	" (scope, key, status, created_at, updated_at, expires_at)" \
+	" SELECT $1, k.key, 'claimed', $3, $3, $4" \
+	" FROM pg_catalog.unnest($2) WITH ORDINALITY AS k(key, n)" \
+	" ORDER BY k.n" \
+	" ON CONFLICT (scope, key) DO UPDATE" \
+	" SET status = 'claimed', fingerprint = NULL, result = NULL," \
+	"     created_at = $3, updated_at = $3, expires_at = $4," \
+	"     locked_until = NULL, token = NULL," \
+	"     attempts = CASE WHEN r.expires_at OPERATOR(pg_catalog.<=) $3" \
+	"                THEN 0 ELSE r.attempts END" \
+	set \
+	" WHERE " BATCH_CLAIMABLE_SQL \
+	" RETURNING r.key, " returning
+
 static IdemQuery q_many_claim = {
-	"INSERT INTO @extschema@.idem_records AS r"
-	" (scope, key, status, created_at, updated_at, expires_at)"
-	" SELECT $1, k.key, 'claimed', $3, $3, $4"
-	" FROM pg_catalog.unnest($2) WITH ORDINALITY AS k(key, n)"
-	" ORDER BY k.n"
-	" ON CONFLICT (scope, key) DO UPDATE"
-	" SET status = 'claimed', fingerprint = NULL, result = NULL,"
-	"     created_at = $3, updated_at = $3, expires_at = $4,"
-	"     locked_until = NULL, token = NULL,"
-	"     attempts = CASE WHEN r.expires_at OPERATOR(pg_catalog.<=) $3"
-	"                THEN 0 ELSE r.attempts END"
-	" WHERE " BATCH_CLAIMABLE_SQL
-	" RETURNING r.key",
+	MANY_CLAIM_CORE(
+		", effect_unknown_attempt = CASE WHEN r.expires_at OPERATOR(pg_catalog.<=) $3 THEN NULL"
+		"     WHEN r.status OPERATOR(pg_catalog.=) 'in_progress'"
+		"      AND r.effect_started_at IS NOT NULL THEN r.attempts"
+		"     ELSE r.effect_unknown_attempt END,"
+		" effect_started_at = NULL, owner_pid = NULL, owner_start = NULL",
+		"r.effect_unknown_attempt IS NOT NULL"),
+	4, {TEXTOID, TEXTARRAYOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
+};
+
+static IdemQuery q_many_claim_legacy = {
+	MANY_CLAIM_CORE("", "false"),
 	4, {TEXTOID, TEXTARRAYOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
 };
 
@@ -334,10 +354,11 @@ batch_step_live(Oid nsp, text *scope, BatchKey *distinct, int m, Datum *values,
  * a later pass would wait for a small key while holding large ones.
  */
 static int
-batch_step_claim(Oid nsp, BatchKey *distinct, int m, Datum *values,
-				 char *state, BatchCounts *counts)
+batch_step_claim(Oid nsp, text *scope, BatchKey *distinct, int m,
+				 Datum *values, char *state, BatchCounts *counts)
 {
-	int			n = idem_query_exec(&q_many_claim, nsp, values, NULL, false, 0);
+	IdemQuery  *q = idem_records_current(nsp) ? &q_many_claim : &q_many_claim_legacy;
+	int			n = idem_query_exec(q, nsp, values, NULL, false, 0);
 	int			i;
 
 	for (i = 0; i < n; i++)
@@ -347,10 +368,19 @@ batch_step_claim(Oid nsp, BatchKey *distinct, int m, Datum *values,
 		/*
 		 * A takeover if step 1 saw a claimable record.  (A record that came
 		 * or went between the two statements can make this count wrong,
-		 * never the answer.)
+		 * never the answer.)  One whose earlier attempt's effect is unknown
+		 * is counted and logged as idem_claim's.
 		 */
 		if (state[k] == KEY_CLAIMABLE)
-			counts->takeover++;
+		{
+			if (DatumGetBool(idem_spi_read_required(SPI_tuptable, i, 2, BOOLOID,
+													"effect_unknown")))
+				idem_count_takeover("idem_claim_many", scope,
+									(text *) DatumGetPointer(distinct[k].key),
+									false, true);
+			else
+				counts->takeover++;
+		}
 		state[k] = KEY_CLAIMED;
 	}
 	counts->claimed += n;
@@ -398,7 +428,7 @@ batch_claim_sets(Oid nsp, text *scope, BatchKey *distinct, int m,
 		values[1] = PointerGetDatum(construct_array(datums, npending, TEXTOID,
 													-1, false, TYPALIGN_INT));
 		/* Step 3: keys whose rows step 2 found live (and left locked). */
-		if (batch_step_claim(nsp, distinct, m, values, state, &counts) < npending)
+		if (batch_step_claim(nsp, scope, distinct, m, values, state, &counts) < npending)
 			batch_claim_each(nsp, scope, distinct, m, now, expires, state);
 	}
 

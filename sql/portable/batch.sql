@@ -103,7 +103,13 @@ BEGIN
                created_at = now_, updated_at = now_, expires_at = expires,
                locked_until = NULL, token = NULL,
                attempts = CASE WHEN r.expires_at OPERATOR(pg_catalog.<=) now_
-                          THEN 0 ELSE r.attempts END
+                          THEN 0 ELSE r.attempts END,
+               -- a lease taken over after its mark: its effect is unknown
+               effect_unknown_attempt = CASE WHEN r.expires_at OPERATOR(pg_catalog.<=) now_ THEN NULL
+                                        WHEN r.status OPERATOR(pg_catalog.=) 'in_progress'
+                                         AND r.effect_started_at IS NOT NULL THEN r.attempts
+                                        ELSE r.effect_unknown_attempt END,
+               effect_started_at = NULL, owner_pid = NULL, owner_start = NULL
          WHERE r.scope OPERATOR(pg_catalog.=) (_scope COLLATE pg_catalog."C")
            AND r.key OPERATOR(pg_catalog.=) (_key COLLATE pg_catalog."C")
            AND (r.expires_at OPERATOR(pg_catalog.<=) now_
@@ -237,7 +243,13 @@ BEGIN
                        created_at = now_, updated_at = now_, expires_at = expires,
                        locked_until = NULL, token = NULL,
                        attempts = CASE WHEN r.expires_at OPERATOR(pg_catalog.<=) now_
-                                  THEN 0 ELSE r.attempts END
+                                  THEN 0 ELSE r.attempts END,
+                       -- a lease taken over after its mark: its effect is unknown
+                       effect_unknown_attempt = CASE WHEN r.expires_at OPERATOR(pg_catalog.<=) now_ THEN NULL
+                                                WHEN r.status OPERATOR(pg_catalog.=) 'in_progress'
+                                                 AND r.effect_started_at IS NOT NULL THEN r.attempts
+                                                ELSE r.effect_unknown_attempt END,
+                       effect_started_at = NULL, owner_pid = NULL, owner_start = NULL
                  WHERE (r.expires_at OPERATOR(pg_catalog.<=) now_
                         OR r.status OPERATOR(pg_catalog.=) 'retryable'
                         OR (r.status OPERATOR(pg_catalog.=) 'in_progress'

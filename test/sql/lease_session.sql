@@ -105,5 +105,23 @@ SELECT pg_temp.try($$SELECT idem_effect_started('s', 'unbound', NULL)$$) AS null
 SELECT pg_temp.try($$SELECT idem_effect_started(NULL, 'unbound', 1)$$) AS null_scope;
 SELECT pg_temp.try($$SELECT idem_effect_started('s', 'finished', (SELECT token FROM tok WHERE name = 'f'))$$) AS finished;
 
+-- 10. idem_claim_many takes over a marked lease as idem_claim does: the
+--     attempt is recorded as unknown, the mark and the owner go; through
+--     the fast path (READ COMMITTED) and the set-based steps (REPEATABLE READ).
+INSERT INTO tok SELECT 'm1', token FROM idem_begin('s', 'many1', '1 millisecond');
+SELECT idem_effect_started('s', 'many1', (SELECT token FROM tok WHERE name = 'm1')) IS NOT NULL AS marked;
+INSERT INTO tok SELECT 'm2', token FROM idem_begin('s', 'many2', '1 millisecond', bind_to_session => true);
+SELECT idem_effect_started('s', 'many2', (SELECT token FROM tok WHERE name = 'm2')) IS NOT NULL AS marked;
+SELECT pg_sleep(0.01);
+BEGIN;
+SELECT * FROM idem_claim_many('s', ARRAY['many1']);
+COMMIT;
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+SELECT * FROM idem_claim_many('s', ARRAY['many3', 'many2']);
+COMMIT;
+SELECT key, status, attempts, effect_unknown_attempt, effect_started_at IS NULL AS unmarked,
+       owner_pid IS NULL AS no_owner
+  FROM idem_records WHERE key LIKE 'many%' ORDER BY key;
+
 DROP TABLE tok, mark;
 TRUNCATE idem_records;

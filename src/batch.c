@@ -103,10 +103,7 @@ static IdemQuery q_many_live = {
 
 static IdemQuery q_many_claim = {
 	MANY_CLAIM_CORE(
-		", effect_unknown_attempt = CASE WHEN r.expires_at OPERATOR(pg_catalog.<=) $3 THEN NULL"
-		"     WHEN r.status OPERATOR(pg_catalog.=) 'in_progress'"
-		"      AND r.effect_started_at IS NOT NULL THEN r.attempts"
-		"     ELSE r.effect_unknown_attempt END,"
+		"," IDEM_UNKNOWN_ATTEMPT_SET_AT("$3") ","
 		" effect_started_at = NULL, owner_pid = NULL, owner_start = NULL",
 		"r.effect_unknown_attempt IS NOT NULL"),
 	4, {TEXTOID, TEXTARRAYOID, TIMESTAMPTZOID, TIMESTAMPTZOID}

@@ -113,10 +113,7 @@ static IdemQuery q_claim_read = {
 
 static IdemQuery q_claim_takeover = {
 	CLAIM_TAKEOVER_CORE(
-		", effect_unknown_attempt = CASE WHEN r.expires_at OPERATOR(pg_catalog.<=) $4 THEN NULL"
-		"     WHEN r.status OPERATOR(pg_catalog.=) 'in_progress'"
-		"      AND r.effect_started_at IS NOT NULL THEN r.attempts"
-		"     ELSE r.effect_unknown_attempt END,"
+		"," IDEM_UNKNOWN_ATTEMPT_SET_AT("$4") ","
 		" effect_started_at = NULL, owner_pid = NULL, owner_start = NULL",
 		" RETURNING r.effect_unknown_attempt IS NOT NULL"),
 	5, {TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID},

@@ -35,6 +35,18 @@
 	"     AND r.locked_until OPERATOR(pg_catalog.<=) " now "))"
 #define IDEM_CLAIMABLE_SQL IDEM_CLAIMABLE_SQL_AT("$4")
 
+/*
+ * SET item of a takeover: a lease taken over after its mark
+ * (effect_started_at) leaves its attempt in effect_unknown_attempt, kept
+ * until the record expires.  One definition for idem_claim, idem_begin and
+ * idem_claim_many; "now" as above.
+ */
+#define IDEM_UNKNOWN_ATTEMPT_SET_AT(now) \
+	" effect_unknown_attempt = CASE WHEN r.expires_at OPERATOR(pg_catalog.<=) " now " THEN NULL" \
+	"     WHEN r.status OPERATOR(pg_catalog.=) 'in_progress'" \
+	"      AND r.effect_started_at IS NOT NULL THEN r.attempts" \
+	"     ELSE r.effect_unknown_attempt END"
+
 /* An open fast path of claims (claim_direct.c). */
 typedef struct IdemDirect IdemDirect;
 

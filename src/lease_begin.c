@@ -105,10 +105,7 @@ static IdemQuery q_begin_read = {
 #define BEGIN_TAKEOVER_SQL(token) \
 	BEGIN_TAKEOVER_CORE(token, \
 		"," \
-		" effect_unknown_attempt = CASE WHEN r.expires_at OPERATOR(pg_catalog.<=) $4 THEN NULL" \
-		"     WHEN r.status OPERATOR(pg_catalog.=) 'in_progress'" \
-		"      AND r.effect_started_at IS NOT NULL THEN r.attempts" \
-		"     ELSE r.effect_unknown_attempt END," \
+		IDEM_UNKNOWN_ATTEMPT_SET_AT("$4") "," \
 		" effect_started_at = NULL, owner_pid = $8, owner_start = $9", \
 		" OR (r.status OPERATOR(pg_catalog.=) 'in_progress'" \
 		"     AND r.owner_pid OPERATOR(pg_catalog.=) $10" \

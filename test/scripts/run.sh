@@ -39,7 +39,7 @@ for suite in "${suites[@]}"; do
         extra_packages+=(cppcheck clang-tidy)
     fi
     if [ "$suite" = tap ]; then
-        extra_packages+=(pgbouncer)                    # test/t/027_lease_pgbouncer.pl
+        extra_packages+=(pgbouncer)                    # test/t/031_lease_pgbouncer.pl
     fi
     if [ "$suite" = examples ] && [ "${IDEM_EXAMPLES:-0}" = 1 ]; then
         extra_packages+=(python3 python3-psycopg2 default-jdk-headless libpostgresql-jdbc-java)

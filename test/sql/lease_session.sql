@@ -2,7 +2,7 @@
 -- unknown outcome (idem_effect_started).  One session here: a gone owner
 -- is a record whose owner has this backend's pid but another start time,
 -- which is what a later backend reusing a dead owner's pid looks like.
--- Sessions that really die are test/t/026_lease_owner.pl's.  Tokens,
+-- Sessions that really die are test/t/027_lease_owner.pl's.  Tokens,
 -- pids and times are compared, never printed.
 TRUNCATE idem_records;
 SET statement_timeout = '60s';

@@ -132,7 +132,10 @@ static IdemQuery q_lock_first = {
  * position is drawn under the lock.  They insert nothing when a concurrent
  * first publication inserted the aggregate's row (f waited for it and
  * inserted nothing) or the id is there; the caller then takes the lock on
- * its own (q_lock, q_lock_first) and runs the plain statement.
+ * its own (q_lock, q_lock_first) and runs the plain statement.  Whether
+ * a group reads the topic: the first topic from it on in the index, not
+ * EXISTS (... topic = ...), whose generic plan scans the whole table when
+ * other topics have very many groups.
  */
 #define PUBLISH_INSERT(with, from, extra_where, conflict) \
 	with \
@@ -144,8 +147,9 @@ static IdemQuery q_lock_first = {
 	extra_where \
 	conflict \
 	" RETURNING o.position," \
-	" EXISTS (SELECT FROM @extschema@.idem_outbox_subscriptions s" \
-	"   WHERE s.topic OPERATOR(pg_catalog.=) o.topic)"
+	" COALESCE((SELECT s.topic FROM @extschema@.idem_outbox_subscriptions s" \
+	"   WHERE s.topic OPERATOR(pg_catalog.>=) o.topic" \
+	"   ORDER BY s.topic LIMIT 1) OPERATOR(pg_catalog.=) o.topic, false)"
 
 #define PUBLISH_WITH_LOCK \
 	"WITH l AS (" PUBLISH_LOCK_SQL("$2", "$3") ")," \

@@ -472,6 +472,18 @@ COMMIT;
 SELECT ctid = :'lock_row' AS same_row_version, count(*) OVER () AS rows
   FROM idem_outbox_aggregates WHERE topic = 'ob-lock';
 
+-- Publishing reads no more of idem_outbox_subscriptions when other topics
+-- have many groups: an index probe, not a scan of the table.
+INSERT INTO idem_outbox_subscriptions (consumer, topic, horizon)
+SELECT 'skew' || i, 'ob-skew-other', '0' FROM generate_series(1, 5000) i;
+ANALYZE idem_outbox_subscriptions;
+BEGIN;
+SELECT pg_stat_get_xact_numscans('idem_outbox_subscriptions'::regclass) AS scans_before \gset
+SELECT idem_publish('ob-skew', '{}', key => 's1') IS NOT NULL AS published;
+SELECT pg_stat_get_xact_numscans('idem_outbox_subscriptions'::regclass) - :scans_before AS seq_scans;
+ROLLBACK;
+DELETE FROM idem_outbox_subscriptions WHERE topic = 'ob-skew-other';
+
 -- Catalog: the labels of the functions (test/t/024_outbox.pl checks that
 -- pg_dump keeps the tables' rows).
 SELECT p.oid::regprocedure AS function, p.provolatile AS vol, p.proisstrict AS strict,

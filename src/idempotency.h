@@ -38,8 +38,6 @@
 #define ERRCODE_IDEM_ILLEGAL_TRANSITION		MAKE_SQLSTATE('I','D','0','0','4')
 #define ERRCODE_IDEM_WRONG_STATUS			MAKE_SQLSTATE('I','D','0','0','5')
 #define ERRCODE_IDEM_REPEATED_TRANSITION	MAKE_SQLSTATE('I','D','0','0','6')
-#define ERRCODE_IDEM_NO_CLAIM				MAKE_SQLSTATE('I','D','0','2','0')
-#define ERRCODE_IDEM_PUBLISHED_TWICE		MAKE_SQLSTATE('I','D','0','2','1')
 
 /* Limits on identifiers, in bytes of the server encoding. */
 #define IDEM_MAX_KEY_BYTES		1024

@@ -458,8 +458,14 @@ claim_verdict(IdemRecordState *rec, text *scope, text *key, TimestampTz now,
 		!(strcmp(rec->status, IDEM_STATUS_IN_PROGRESS) == 0 &&
 		  rec->has_lock && rec->locked_until <= now))
 	{
-		idem_log_duplicate(verb, scope, key, rec->created_at,
-						   rec->status);
+		/*
+		 * A live lease met by idem_begin is logged by lease_begin.c, once
+		 * it knows the lease's owner session is not gone (a takeover then).
+		 */
+		if (strcmp(verb, "begin") != 0 ||
+			strcmp(rec->status, IDEM_STATUS_IN_PROGRESS) != 0)
+			idem_log_duplicate(verb, scope, key, rec->created_at,
+							   rec->status);
 		idem_stats_count(scope, idem_duplicate_stat(rec->status));
 		return false;
 	}

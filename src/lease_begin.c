@@ -294,7 +294,10 @@ begin_decide(Oid nsp, text *scope, text *key, Datum *values, char *nulls,
 		gone = current ? begin_take_from_gone(nsp, scope, key, values, nulls) :
 			BEGIN_OWNER_HERE;
 		if (gone == BEGIN_OWNER_HERE)
+		{
+			idem_log_duplicate("begin", scope, key, rec.created_at, rec.status);
 			return "in_progress";
+		}
 		if (gone == BEGIN_GONE_TAKEN)
 			break;
 		/* Another worker changed the record first: look again. */

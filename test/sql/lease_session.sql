@@ -37,10 +37,15 @@ SELECT (idem_await('s', 'bound', '0 seconds')).status AS await_now;
 -- 3. The owner session is gone (its pid is now another backend's: this
 --    one, started at another time): idem_begin takes the lease over at
 --    once, though minutes of it are left.  Before the mark: a clean retry.
+--    With idempotency.log_duplicates, one line says so (not a duplicate).
 UPDATE idem_records SET owner_start = owner_start - interval '1 day' WHERE key = 'bound';
 SELECT (r).status AS awaited_status, (r).locked_until > now() + interval '4 minutes' AS minutes_left
   FROM (SELECT idem_await('s', 'bound', '4 minutes') AS r) x;
+SET idempotency.log_duplicates = on;
+SET client_min_messages = log;
 INSERT INTO tok SELECT 'b2', token FROM idem_begin('s', 'bound', bind_to_session => true);
+RESET client_min_messages;
+RESET idempotency.log_duplicates;
 SELECT t.token IS NOT NULL AS acquired, r.attempts, r.effect_unknown_attempt,
        r.locked_until > now() + interval '4 minutes' AS fresh_lease
   FROM idem_records r, tok t WHERE r.key = 'bound' AND t.name = 'b2';

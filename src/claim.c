@@ -63,7 +63,7 @@ static bool claim_internal(FunctionCallInfo fcinfo, text *scope, text *key,
 						   int ttl_argno, int fp_argno);
 static bool claim_verdict(IdemRecordState *rec, text *scope, text *key,
 						  TimestampTz now, bytea *fp, const char *fname,
-						  const char *verb);
+						  const char *verb, bool log_in_progress);
 
 /* How often a conflicting but invisible row is retried before giving up. */
 #define CLAIM_MAX_INVISIBLE_RETRIES 10
@@ -134,7 +134,7 @@ claim_takeover_for(Oid nsp, Datum *values)
 }
 
 static const IdemClaimPlan claim_plan = {
-	&q_claim_insert, &q_claim_read, &q_claim_takeover, claim_takeover_for, "claim", 1
+	&q_claim_insert, &q_claim_read, &q_claim_takeover, claim_takeover_for, "claim", 1, true
 };
 
 /* Define idempotency.log_duplicates (module.c's _PG_init). */
@@ -249,7 +249,7 @@ fast_outcome(IdemDirectResult result, IdemRecordState *rec, text *scope,
 		return IDEM_CLAIM_ACQUIRED;
 	}
 	/* A record to take over is left to the SQL path's UPDATE. */
-	return claim_verdict(rec, scope, key, now, fp, fname, "claim") ?
+	return claim_verdict(rec, scope, key, now, fp, fname, "claim", true) ?
 		IDEM_CLAIM_UNDECIDED : IDEM_CLAIM_DUPLICATE;
 }
 
@@ -386,7 +386,8 @@ idem_claim_spi(const IdemClaimPlan *plan, Oid nsp, text *scope, text *key,
 		rec->locked_until = isnull ? 0 : DatumGetTimestampTz(d);
 		rec->has_lock = !isnull;
 
-		if (!claim_verdict(rec, scope, key, now, fp, fname, plan->verb))
+		if (!claim_verdict(rec, scope, key, now, fp, fname, plan->verb,
+						   plan->log_in_progress))
 			return IDEM_CLAIM_DUPLICATE;
 		SPI_freetuptable(SPI_tuptable);
 
@@ -439,13 +440,14 @@ idem_claim_spi_plain(Oid nsp, text *scope, text *key, TimestampTz now,
 /*
  * Decide a claim against an existing record: returns true when the record
  * can be taken over (expired, a retryable failure, or a lease that ran
- * out), false when the claim is a duplicate (then counted and logged).
- * Raises ID001 for a live record whose stored fingerprint differs from fp.
- * A NULL locked_until holds an in_progress record until it expires.
+ * out), false when the claim is a duplicate (then counted, and logged
+ * unless it is a live lease and not log_in_progress).  Raises ID001 for a
+ * live record whose stored fingerprint differs from fp.  A NULL
+ * locked_until holds an in_progress record until it expires.
  */
 static bool
 claim_verdict(IdemRecordState *rec, text *scope, text *key, TimestampTz now,
-			  bytea *fp, const char *fname, const char *verb)
+			  bytea *fp, const char *fname, const char *verb, bool log_in_progress)
 {
 	bool		live = rec->expires_at > now;
 
@@ -458,11 +460,7 @@ claim_verdict(IdemRecordState *rec, text *scope, text *key, TimestampTz now,
 		!(strcmp(rec->status, IDEM_STATUS_IN_PROGRESS) == 0 &&
 		  rec->has_lock && rec->locked_until <= now))
 	{
-		/*
-		 * A live lease met by idem_begin is logged by lease_begin.c, once
-		 * it knows the lease's owner session is not gone (a takeover then).
-		 */
-		if (strcmp(verb, "begin") != 0 ||
+		if (log_in_progress ||
 			strcmp(rec->status, IDEM_STATUS_IN_PROGRESS) != 0)
 			idem_log_duplicate(verb, scope, key, rec->created_at,
 							   rec->status);

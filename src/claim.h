@@ -82,6 +82,9 @@ typedef struct IdemClaimPlan
 	const char *verb;			/* "claim", "begin": in the duplicate log line */
 	int			unknown_col;	/* the takeover's RETURNING column telling an
 								 * unknown outcome (bool), 0: none */
+	bool		log_in_progress;	/* false: the caller logs a live lease it
+									 * meets (idem_begin, once it knows the
+									 * owner session lives) */
 } IdemClaimPlan;
 
 typedef enum IdemClaimOutcome

@@ -196,12 +196,12 @@ begin_takeover_legacy_for(Oid nsp, Datum *values)
 
 /* idem_begin's statements for idem_claim_spi (claim.c), and the legacy ones. */
 static const IdemClaimPlan begin_plan = {
-	&q_begin_insert, &q_begin_read, &q_begin_takeover, begin_takeover_for, "begin", 3
+	&q_begin_insert, &q_begin_read, &q_begin_takeover, begin_takeover_for, "begin", 3, false
 };
 
 static const IdemClaimPlan begin_plan_legacy = {
 	&q_begin_insert_legacy, &q_begin_read_legacy, &q_begin_takeover_legacy,
-	begin_takeover_legacy_for, "begin", 0
+	begin_takeover_legacy_for, "begin", 0, false
 };
 
 /* What begin_take_from_gone did. */

@@ -1790,9 +1790,11 @@ BEGIN
     -- published by another transaction meanwhile (it would have to write
     -- the claim's record, which this transaction holds): a look-up and a
     -- plain INSERT, without the confirmation record of ON CONFLICT.
-    -- Whether a group reads the topic: the first topic from it on in the
-    -- index, not EXISTS (... topic = ...), whose generic plan scans the
-    -- whole table when other topics have very many groups.
+    -- Whether a group reads the topic: a range of the topic index bounded
+    -- by the topic on both sides, in its order (which only the index gives
+    -- cheaply), not EXISTS (... topic = ...), whose plan scans the whole
+    -- table when other topics have very many groups; row-level security
+    -- then filters only the topic's own rows.
     IF c_scope IS NOT NULL THEN
         IF NOT EXISTS (SELECT FROM @extschema@.idem_outbox o WHERE o.id OPERATOR(pg_catalog.=) msg_id) THEN
             INSERT INTO @extschema@.idem_outbox AS o
@@ -1806,9 +1808,10 @@ BEGIN
             RETURNING o.position,
                       (SELECT t.relay FROM @extschema@.idem_outbox_topics t
                         WHERE t.topic OPERATOR(pg_catalog.=) o.topic),
-                      COALESCE((SELECT s.topic FROM @extschema@.idem_outbox_subscriptions s
+                      COALESCE((SELECT true FROM @extschema@.idem_outbox_subscriptions s
                                  WHERE s.topic OPERATOR(pg_catalog.>=) o.topic
-                                 ORDER BY s.topic LIMIT 1) OPERATOR(pg_catalog.=) o.topic, false)
+                                   AND s.topic OPERATOR(pg_catalog.<=) o.topic
+                                 ORDER BY s.topic LIMIT 1), false)
                  INTO pos_, how, subscribed;
         ELSE
             pos_ := NULL;
@@ -1826,9 +1829,10 @@ BEGIN
         RETURNING o.position,
                   (SELECT t.relay FROM @extschema@.idem_outbox_topics t
                     WHERE t.topic OPERATOR(pg_catalog.=) o.topic),
-                  COALESCE((SELECT s.topic FROM @extschema@.idem_outbox_subscriptions s
+                  COALESCE((SELECT true FROM @extschema@.idem_outbox_subscriptions s
                              WHERE s.topic OPERATOR(pg_catalog.>=) o.topic
-                             ORDER BY s.topic LIMIT 1) OPERATOR(pg_catalog.=) o.topic, false)
+                               AND s.topic OPERATOR(pg_catalog.<=) o.topic
+                             ORDER BY s.topic LIMIT 1), false)
              INTO pos_, how, subscribed;
     END IF;
     IF pos_ IS NOT NULL THEN

@@ -9,9 +9,11 @@
 #                 ledger INSERT) with idem_publish of one message (the
 #                 claim found by itself, the account as aggregate);
 #                 B: the same with the claim only (business_claim.pgbench)
-#   outbox_sql    A: as outbox A; B: the claim and a hand-written INSERT
-#                 into a Debezium-shaped table (bench_outbox: id uuid from
-#                 gen_random_uuid(), primary key only)
+#   outbox_sql    A: as outbox A, the topic relayed to Debezium only
+#                 (pull => false; BENCH_OUTBOX_PULL); B: the claim and a
+#                 hand-written INSERT into a Debezium-shaped table
+#                 (bench_outbox: id uuid from gen_random_uuid(), primary
+#                 key only)
 #   outbox_fetch2 A: as outbox_fetch, the clients split over two groups
 #                 of the same topic (ops: both groups' messages; the extra
 #                 column gives each group's); B: the same queue
@@ -33,6 +35,9 @@
 #   BENCH_OUTBOX_FETCH       max per fetch (and per queue batch) [100]
 #   BENCH_OUTBOX_CONSUMERS   pgbench clients of outbox_fetch [4]
 #   BENCH_OUTBOX_AGGREGATES  aggregates of the preloaded messages [1000]
+#   BENCH_OUTBOX_PULL        the topic's pull setting in outbox_sql: off
+#                            (Debezium only, as its B) or on (consumer
+#                            groups may read it, as in outbox) [off]
 #   BENCH_OUTBOX_EDITION     c, or portable: every side of the outbox pairs
 #                            in databases made with the portable edition's
 #                            plain script (built from the private copy,
@@ -43,6 +48,8 @@ BENCH_OUTBOX_FETCH=${BENCH_OUTBOX_FETCH:-100}
 BENCH_OUTBOX_CONSUMERS=${BENCH_OUTBOX_CONSUMERS:-4}
 BENCH_OUTBOX_AGGREGATES=${BENCH_OUTBOX_AGGREGATES:-1000}
 BENCH_OUTBOX_EDITION=${BENCH_OUTBOX_EDITION:-c}
+BENCH_OUTBOX_PULL=${BENCH_OUTBOX_PULL:-off}
+case $BENCH_OUTBOX_PULL in on|off) ;; *) idem_die "BENCH_OUTBOX_PULL must be on or off (got '$BENCH_OUTBOX_PULL')";; esac
 case $BENCH_OUTBOX_EDITION in c|portable) ;; *) idem_die "BENCH_OUTBOX_EDITION must be c or portable (got '$BENCH_OUTBOX_EDITION')";; esac
 for v in BENCH_OUTBOX_MESSAGES BENCH_OUTBOX_FETCH BENCH_OUTBOX_CONSUMERS BENCH_OUTBOX_AGGREGATES; do
     case ${!v} in ''|*[!0-9]*|0) idem_die "$v must be a positive integer (got '${!v}')";; esac
@@ -77,7 +84,7 @@ outbox_what() { # pair
     [ "$BENCH_OUTBOX_EDITION" = c ] || printf 'portable edition: '
     case $1 in
         outbox) echo "tx/s: claim + UPDATE + INSERT with idem_publish vs the claim only";;
-        outbox_sql) echo "tx/s: the same with idem_publish vs a hand-written INSERT into a Debezium-shaped table";;
+        outbox_sql) echo "tx/s: the same with idem_publish (topic pull $BENCH_OUTBOX_PULL) vs a hand-written INSERT into a Debezium-shaped table";;
         outbox_fetch) echo "messages/s, $BENCH_OUTBOX_CONSUMERS clients: idem_outbox_fetch($BENCH_OUTBOX_FETCH) + acks vs SKIP LOCKED + DELETE queue, $BENCH_OUTBOX_MESSAGES preloaded";;
         outbox_fetch2) echo "messages/s, $BENCH_OUTBOX_CONSUMERS clients split over two groups of one topic (all groups' messages) vs the same queue";;
     esac
@@ -237,7 +244,10 @@ outbox_setup_pair() { # pair; 0 ok, 1 skip, 2 failure
 outbox_prepare_run() { # pair side
     case $1 in
         outbox|outbox_sql)
+            local pull=true
+            [ "$1/$BENCH_OUTBOX_PULL" != outbox_sql/off ] || pull=false
             q outbox -c "TRUNCATE idem_records, bench_ledger, idem_outbox, bench_outbox" \
+                -c "SELECT idem_outbox_topic('accounts', pull => $pull)" \
                 -c "VACUUM bench_accounts" >/dev/null;;
         outbox_fetch|outbox_fetch2)
             copy_template outbox_fetch outbox_fetch_tpl;;

@@ -32,6 +32,7 @@ CREATE TABLE @extschema@.idem_outbox_topics (
     relay      pg_catalog.text COLLATE pg_catalog."C" NOT NULL DEFAULT 'table',
     retention  pg_catalog.interval NOT NULL DEFAULT '7 days',
     updated_at pg_catalog.timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    pull       pg_catalog.bool NOT NULL DEFAULT true,
     CONSTRAINT idem_outbox_topics_pkey PRIMARY KEY (topic),
     CONSTRAINT idem_outbox_topics_relay_check CHECK
         (relay OPERATOR(pg_catalog.=) ANY ('{table,message,both}'::pg_catalog.text[])),
@@ -41,7 +42,7 @@ CREATE TABLE @extschema@.idem_outbox_topics (
 );
 
 COMMENT ON TABLE @extschema@.idem_outbox_topics IS
-    'Outbox settings per topic: relay (table, message or both) and retention of acknowledged messages; a topic without a row uses table and 7 days';
+    'Outbox settings per topic: relay (table, message or both), retention of acknowledged messages, and whether consumer groups may read it (pull); a topic without a row uses table, 7 days and pull';
 
 REVOKE ALL ON TABLE @extschema@.idem_outbox_topics FROM PUBLIC;
 GRANT SELECT ON TABLE @extschema@.idem_outbox_topics TO PUBLIC;
@@ -68,14 +69,16 @@ CREATE TABLE @extschema@.idem_outbox (
                (SEQUENCE NAME @extschema@.idem_outbox_position_seq CACHE 1),
     xact_id    pg_catalog.xid8 NOT NULL,
     created_at pg_catalog.timestamptz NOT NULL,
+    pulled     pg_catalog.bool NOT NULL DEFAULT true,
     CONSTRAINT idem_outbox_pkey PRIMARY KEY (id)
 );
 
--- A run's messages in order: one aggregate's from a position up.  (The
--- purge walks the table by its primary key.)
+-- A run's messages in order: one aggregate's from a position up, of the
+-- messages consumer groups read (pulled).  (The purge walks the table by
+-- its primary key.)
 CREATE INDEX idem_outbox_topic_aggregate_idx
     ON @extschema@.idem_outbox (topic, aggregate, position)
-    WHERE aggregate IS NOT NULL;
+    WHERE aggregate IS NOT NULL AND pulled;
 
 -- One row per (topic, aggregate) ever published to: the aggregate's
 -- lock.  idem_publish locks it (SELECT ... FOR NO KEY UPDATE; the first
@@ -120,11 +123,13 @@ COMMENT ON COLUMN @extschema@.idem_outbox.scope IS
 COMMENT ON COLUMN @extschema@.idem_outbox.key IS
     'Key of the claim the message was published for, or the explicit key';
 COMMENT ON COLUMN @extschema@.idem_outbox.position IS
-    'Order of publication; within one (topic, aggregate) it is the commit order';
+    'Order of publication; among the pulled messages of one (topic, aggregate) it is the commit order';
 COMMENT ON COLUMN @extschema@.idem_outbox.xact_id IS
     'Top-level transaction id of the publication, as pg_current_xact_id() returns it';
 COMMENT ON COLUMN @extschema@.idem_outbox.created_at IS
     'Start of the publishing transaction (now())';
+COMMENT ON COLUMN @extschema@.idem_outbox.pulled IS
+    'The message is for consumer groups too (its topic''s pull setting when it was published); false: for the table''s relay only, without the aggregate''s lock, and its position is only the order of publication';
 
 REVOKE ALL ON TABLE @extschema@.idem_outbox FROM PUBLIC;
 REVOKE ALL ON SEQUENCE @extschema@.idem_outbox_position_seq FROM PUBLIC;
@@ -569,6 +574,7 @@ DECLARE
     existing pg_catalog.xid8;
     pos_ pg_catalog.int8;
     subscribed pg_catalog.bool;
+    ordered_ pg_catalog.bool;
 BEGIN
     -- Arguments, in order; the detailed checks only when one fails (one
     -- expression on the usual path).
@@ -749,76 +755,96 @@ BEGIN
     -- lock writes a small WAL record and no row version (an update would
     -- write one, and its index and pruning records).  A row lock on our
     -- own table: only roles that may publish to the topic can take it
-    -- (docs/security.md).  A topic relayed by logical messages only takes
-    -- no lock, and needs no order in the table.
-    IF idem_publish.aggregate IS NOT NULL
-       AND NOT EXISTS (SELECT FROM @extschema@.idem_outbox_topics t
-                        WHERE t.topic OPERATOR(pg_catalog.=) (idem_publish.topic COLLATE pg_catalog."C")
-                          AND t.relay OPERATOR(pg_catalog.=) 'message') THEN
-        LOOP
-            PERFORM FROM @extschema@.idem_outbox_aggregates a
-              WHERE a.topic OPERATOR(pg_catalog.=) (idem_publish.topic COLLATE pg_catalog."C")
-                AND a.aggregate OPERATOR(pg_catalog.=) (idem_publish.aggregate COLLATE pg_catalog."C")
-                FOR NO KEY UPDATE;
-            EXIT WHEN FOUND;
-            -- The first publication: a concurrent first one makes this
-            -- wait for its end, insert nothing, and lock the row above.
-            INSERT INTO @extschema@.idem_outbox_aggregates AS a (topic, aggregate)
-            VALUES (idem_publish.topic, idem_publish.aggregate)
-            ON CONFLICT ON CONSTRAINT idem_outbox_aggregates_pkey DO NOTHING;
-            EXIT WHEN FOUND;
-        END LOOP;
-    END IF;
-    -- Then the message; the topic's relay comes back with the row.  A
-    -- message of a claim this transaction holds (c_scope is set) cannot be
-    -- published by another transaction meanwhile (it would have to write
-    -- the claim's record, which this transaction holds): a look-up and a
-    -- plain INSERT, without the confirmation record of ON CONFLICT.
-    -- Whether a group reads the topic: a range of the topic index bounded
-    -- by the topic on both sides, in its order (which only the index gives
-    -- cheaply), not EXISTS (... topic = ...), whose plan scans the whole
-    -- table when other topics have very many groups; row-level security
-    -- then filters only the topic's own rows.
-    IF c_scope IS NOT NULL THEN
-        IF NOT EXISTS (SELECT FROM @extschema@.idem_outbox o WHERE o.id OPERATOR(pg_catalog.=) msg_id) THEN
+    -- (docs/security.md).  Only for what consumer groups read: a topic
+    -- relayed by logical messages only, or set to pull => false (the
+    -- table's relay only, as Debezium reads it in commit order from the
+    -- WAL), takes no lock, and its message no entry in the ordering index
+    -- (pulled is false).
+    ordered_ := idem_publish.aggregate IS NOT NULL
+                AND NOT EXISTS (SELECT FROM @extschema@.idem_outbox_topics t
+                                 WHERE t.topic OPERATOR(pg_catalog.=) (idem_publish.topic COLLATE pg_catalog."C")
+                                   AND (t.relay OPERATOR(pg_catalog.=) 'message' OR NOT t.pull));
+    -- Then the message, pulled as the topic is when it is written; the
+    -- topic's relay comes back with the row.  Without the lock, only while
+    -- the topic is not pulled: if it was set to pull since the look above,
+    -- nothing is written and the second pass takes the lock (idem_outbox_topic
+    -- is the owner's, so this is rare).  A message of a claim this
+    -- transaction holds (c_scope is set) cannot be published by another
+    -- transaction meanwhile (it would have to write the claim's record,
+    -- which this transaction holds): a look-up and a plain INSERT, without
+    -- the confirmation record of ON CONFLICT.  Whether a group reads the
+    -- topic: a range of the topic index bounded by the topic on both sides,
+    -- in its order (which only the index gives cheaply), not EXISTS (...
+    -- topic = ...), whose plan scans the whole table when other topics
+    -- have very many groups; row-level security then filters only the
+    -- topic's own rows.
+    LOOP
+        IF ordered_ THEN
+            LOOP
+                PERFORM FROM @extschema@.idem_outbox_aggregates a
+                  WHERE a.topic OPERATOR(pg_catalog.=) (idem_publish.topic COLLATE pg_catalog."C")
+                    AND a.aggregate OPERATOR(pg_catalog.=) (idem_publish.aggregate COLLATE pg_catalog."C")
+                    FOR NO KEY UPDATE;
+                EXIT WHEN FOUND;
+                -- The first publication: a concurrent first one makes this
+                -- wait for its end, insert nothing, and lock the row above.
+                INSERT INTO @extschema@.idem_outbox_aggregates AS a (topic, aggregate)
+                VALUES (idem_publish.topic, idem_publish.aggregate)
+                ON CONFLICT ON CONSTRAINT idem_outbox_aggregates_pkey DO NOTHING;
+                EXIT WHEN FOUND;
+            END LOOP;
+        END IF;
+        IF c_scope IS NOT NULL THEN
+            IF NOT EXISTS (SELECT FROM @extschema@.idem_outbox o WHERE o.id OPERATOR(pg_catalog.=) msg_id) THEN
+                INSERT INTO @extschema@.idem_outbox AS o
+                       (id, topic, aggregate, type, payload, headers, scope, key, seq, xact_id, created_at, pulled)
+                SELECT msg_id, idem_publish.topic, idem_publish.aggregate, idem_publish.type,
+                       idem_publish.payload, idem_publish.headers, c_scope, c_key, idem_publish.seq,
+                       pg_catalog.pg_current_xact_id(), pg_catalog.now(), COALESCE(t.pull, true)
+                  FROM (VALUES (1)) AS one(x)
+                  LEFT JOIN @extschema@.idem_outbox_topics t
+                    ON t.topic OPERATOR(pg_catalog.=) (idem_publish.topic COLLATE pg_catalog."C")
+                 WHERE COALESCE(t.relay, 'table') OPERATOR(pg_catalog.<>) 'message'
+                   AND (ordered_ OR idem_publish.aggregate IS NULL OR NOT COALESCE(t.pull, true))
+                RETURNING o.position,
+                          (SELECT t2.relay FROM @extschema@.idem_outbox_topics t2
+                            WHERE t2.topic OPERATOR(pg_catalog.=) o.topic),
+                          COALESCE((SELECT true FROM @extschema@.idem_outbox_subscriptions s
+                                     WHERE s.topic OPERATOR(pg_catalog.>=) o.topic
+                                       AND s.topic OPERATOR(pg_catalog.<=) o.topic
+                                     ORDER BY s.topic LIMIT 1), false)
+                     INTO pos_, how, subscribed;
+            ELSE
+                pos_ := NULL;
+            END IF;
+        ELSE
             INSERT INTO @extschema@.idem_outbox AS o
-                   (id, topic, aggregate, type, payload, headers, scope, key, seq, xact_id, created_at)
+                   (id, topic, aggregate, type, payload, headers, scope, key, seq, xact_id, created_at, pulled)
             SELECT msg_id, idem_publish.topic, idem_publish.aggregate, idem_publish.type,
                    idem_publish.payload, idem_publish.headers, c_scope, c_key, idem_publish.seq,
-                   pg_catalog.pg_current_xact_id(), pg_catalog.now()
-             WHERE NOT EXISTS (SELECT FROM @extschema@.idem_outbox_topics t
-                                WHERE t.topic OPERATOR(pg_catalog.=) (idem_publish.topic COLLATE pg_catalog."C")
-                                  AND t.relay OPERATOR(pg_catalog.=) 'message')
+                   pg_catalog.pg_current_xact_id(), pg_catalog.now(), COALESCE(t.pull, true)
+              FROM (VALUES (1)) AS one(x)
+              LEFT JOIN @extschema@.idem_outbox_topics t
+                ON t.topic OPERATOR(pg_catalog.=) (idem_publish.topic COLLATE pg_catalog."C")
+             WHERE COALESCE(t.relay, 'table') OPERATOR(pg_catalog.<>) 'message'
+               AND (ordered_ OR idem_publish.aggregate IS NULL OR NOT COALESCE(t.pull, true))
+            ON CONFLICT (id) DO NOTHING
             RETURNING o.position,
-                      (SELECT t.relay FROM @extschema@.idem_outbox_topics t
-                        WHERE t.topic OPERATOR(pg_catalog.=) o.topic),
+                      (SELECT t2.relay FROM @extschema@.idem_outbox_topics t2
+                        WHERE t2.topic OPERATOR(pg_catalog.=) o.topic),
                       COALESCE((SELECT true FROM @extschema@.idem_outbox_subscriptions s
                                  WHERE s.topic OPERATOR(pg_catalog.>=) o.topic
                                    AND s.topic OPERATOR(pg_catalog.<=) o.topic
                                  ORDER BY s.topic LIMIT 1), false)
                  INTO pos_, how, subscribed;
-        ELSE
-            pos_ := NULL;
         END IF;
-    ELSE
-        INSERT INTO @extschema@.idem_outbox AS o
-               (id, topic, aggregate, type, payload, headers, scope, key, seq, xact_id, created_at)
-        SELECT msg_id, idem_publish.topic, idem_publish.aggregate, idem_publish.type,
-               idem_publish.payload, idem_publish.headers, c_scope, c_key, idem_publish.seq,
-               pg_catalog.pg_current_xact_id(), pg_catalog.now()
-         WHERE NOT EXISTS (SELECT FROM @extschema@.idem_outbox_topics t
-                            WHERE t.topic OPERATOR(pg_catalog.=) (idem_publish.topic COLLATE pg_catalog."C")
-                              AND t.relay OPERATOR(pg_catalog.=) 'message')
-        ON CONFLICT (id) DO NOTHING
-        RETURNING o.position,
-                  (SELECT t.relay FROM @extschema@.idem_outbox_topics t
-                    WHERE t.topic OPERATOR(pg_catalog.=) o.topic),
-                  COALESCE((SELECT true FROM @extschema@.idem_outbox_subscriptions s
-                             WHERE s.topic OPERATOR(pg_catalog.>=) o.topic
-                               AND s.topic OPERATOR(pg_catalog.<=) o.topic
-                             ORDER BY s.topic LIMIT 1), false)
-             INTO pos_, how, subscribed;
-    END IF;
+        EXIT WHEN pos_ IS NOT NULL OR ordered_ OR idem_publish.aggregate IS NULL;
+        EXIT WHEN EXISTS (SELECT FROM @extschema@.idem_outbox o WHERE o.id OPERATOR(pg_catalog.=) msg_id)
+               OR EXISTS (SELECT FROM @extschema@.idem_outbox_topics t
+                           WHERE t.topic OPERATOR(pg_catalog.=) (idem_publish.topic COLLATE pg_catalog."C")
+                             AND (t.relay OPERATOR(pg_catalog.=) 'message' OR NOT t.pull));
+        ordered_ := true;
+    END LOOP;
     IF pos_ IS NOT NULL THEN
         IF subscribed THEN
             -- The pull API: every group of the topic gets a run of this
@@ -887,7 +913,8 @@ COMMENT ON FUNCTION @extschema@.idem_publish(pg_catalog.text, pg_catalog.jsonb, 
 CREATE FUNCTION @extschema@.idem_outbox_topic(
     topic pg_catalog.text,
     relay pg_catalog.text DEFAULT NULL,
-    retention pg_catalog.interval DEFAULT NULL)
+    retention pg_catalog.interval DEFAULT NULL,
+    pull pg_catalog.bool DEFAULT NULL)
 RETURNS pg_catalog.void
 LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE
 AS $$
@@ -921,22 +948,38 @@ BEGIN
     IF pg_catalog.current_setting('transaction_read_only') OPERATOR(pg_catalog.=) 'on' THEN
         RAISE EXCEPTION 'cannot execute idem_outbox_topic() in a read-only transaction' USING ERRCODE = '25006';
     END IF;
-    INSERT INTO @extschema@.idem_outbox_topics AS t (topic, relay, retention, updated_at)
+    IF NOT idem_outbox_topic.pull THEN
+        -- No group may read a topic that is not pulled: wait for the
+        -- subscriptions being made, keep new ones off until this
+        -- transaction ends (idem_outbox_subscribe checks pull in the
+        -- statement that subscribes), then look.
+        LOCK TABLE @extschema@.idem_outbox_subscriptions IN SHARE ROW EXCLUSIVE MODE;
+        IF EXISTS (SELECT FROM @extschema@.idem_outbox_subscriptions s
+                    WHERE s.topic OPERATOR(pg_catalog.=) (idem_outbox_topic.topic COLLATE pg_catalog."C")) THEN
+            RAISE EXCEPTION 'idem_outbox_topic: topic "%" has consumer groups', idem_outbox_topic.topic
+                USING ERRCODE = '55000',
+                      DETAIL = 'A topic that is not pulled keeps no order for consumer groups; its groups would get nothing more.',
+                      HINT = 'Unsubscribe its groups first (idem_outbox_unsubscribe), or keep pull => true.';
+        END IF;
+    END IF;
+    INSERT INTO @extschema@.idem_outbox_topics AS t (topic, relay, retention, updated_at, pull)
     VALUES (idem_outbox_topic.topic,
             COALESCE(idem_outbox_topic.relay, 'table'),
             COALESCE(idem_outbox_topic.retention, '7 days'::pg_catalog.interval),
-            pg_catalog.now())
+            pg_catalog.now(),
+            COALESCE(idem_outbox_topic.pull, true))
     ON CONFLICT ON CONSTRAINT idem_outbox_topics_pkey DO UPDATE
        SET relay = COALESCE(idem_outbox_topic.relay, t.relay),
            retention = COALESCE(idem_outbox_topic.retention, t.retention),
+           pull = COALESCE(idem_outbox_topic.pull, t.pull),
            updated_at = pg_catalog.now();
 END
 $$;
 
-COMMENT ON FUNCTION @extschema@.idem_outbox_topic(pg_catalog.text, pg_catalog.text, pg_catalog.interval) IS
-    'Set the relay (table, message or both) and the retention of acknowledged messages of a topic; NULL keeps the current setting';
+COMMENT ON FUNCTION @extschema@.idem_outbox_topic(pg_catalog.text, pg_catalog.text, pg_catalog.interval, pg_catalog.bool) IS
+    'Set the relay (table, message or both), the retention of acknowledged messages and pull (whether consumer groups may read it) of a topic; NULL keeps the current setting';
 
-REVOKE ALL ON FUNCTION @extschema@.idem_outbox_topic(pg_catalog.text, pg_catalog.text, pg_catalog.interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idem_outbox_topic(pg_catalog.text, pg_catalog.text, pg_catalog.interval, pg_catalog.bool) FROM PUBLIC;
 
 --------------------------------------------------------------------------
 -- The pull API: consumer groups, fetch with leases, acknowledgements
@@ -982,18 +1025,31 @@ BEGIN
     END IF;
 
     -- From the start: a run for every aggregate (and every message
-    -- without one) still in the table, from its first message.
+    -- without one) still in the table, from its first message pulled.
     -- Otherwise none: idem_publish makes the group's runs from then on,
     -- each from the message that makes it.  The horizon is informational
-    -- (the oldest transaction running at subscription).
+    -- (the oldest transaction running at subscription).  Only a topic
+    -- that is pulled, as this statement sees it (idem_outbox_topic setting
+    -- pull => false locks the table against it first).
     INSERT INTO @extschema@.idem_outbox_subscriptions AS s (consumer, topic, horizon, created_at)
-    VALUES (idem_outbox_subscribe.consumer, idem_outbox_subscribe.topic,
-            CASE WHEN idem_outbox_subscribe.from_start THEN '0'::pg_catalog.xid8
-                 ELSE pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot()) END,
-            pg_catalog.now())
+    SELECT idem_outbox_subscribe.consumer, idem_outbox_subscribe.topic,
+           CASE WHEN idem_outbox_subscribe.from_start THEN '0'::pg_catalog.xid8
+                ELSE pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot()) END,
+           pg_catalog.now()
+     WHERE NOT EXISTS (SELECT FROM @extschema@.idem_outbox_topics t
+                        WHERE t.topic OPERATOR(pg_catalog.=) (idem_outbox_subscribe.topic COLLATE pg_catalog."C")
+                          AND NOT t.pull)
     ON CONFLICT ON CONSTRAINT idem_outbox_subscriptions_pkey DO NOTHING;
     IF NOT FOUND THEN
-        RETURN false;
+        IF EXISTS (SELECT FROM @extschema@.idem_outbox_subscriptions s
+                    WHERE s.consumer OPERATOR(pg_catalog.=) (idem_outbox_subscribe.consumer COLLATE pg_catalog."C")
+                      AND s.topic OPERATOR(pg_catalog.=) (idem_outbox_subscribe.topic COLLATE pg_catalog."C")) THEN
+            RETURN false;
+        END IF;
+        RAISE EXCEPTION 'idem_outbox_subscribe: topic "%" is not pulled', idem_outbox_subscribe.topic
+            USING ERRCODE = '55000',
+                  DETAIL = 'The topic was set to pull => false: it is relayed by the table only (Debezium), without the order consumer groups need.',
+                  HINT = 'Its owner sets it back with idem_outbox_topic(topic, pull => true); groups get what is published from then on.';
     END IF;
     IF idem_outbox_subscribe.from_start THEN
         INSERT INTO @extschema@.idem_outbox_runs (consumer, topic, aggregate, lone, acked, available_at)
@@ -1002,6 +1058,7 @@ BEGIN
                pg_catalog.min(o.position) OPERATOR(pg_catalog.-) 1, pg_catalog.min(o.created_at)
           FROM @extschema@.idem_outbox o
          WHERE o.topic OPERATOR(pg_catalog.=) (idem_outbox_subscribe.topic COLLATE pg_catalog."C")
+           AND o.pulled
          GROUP BY o.topic, o.aggregate, CASE WHEN o.aggregate IS NULL THEN o.id END
         ON CONFLICT ON CONSTRAINT idem_outbox_runs_key DO NOTHING;
     END IF;
@@ -1147,6 +1204,7 @@ BEGIN
                       FROM @extschema@.idem_outbox o
                      WHERE o.topic OPERATOR(pg_catalog.=) run.topic
                        AND o.aggregate OPERATOR(pg_catalog.=) run.aggregate
+                       AND o.pulled
                        AND o.position OPERATOR(pg_catalog.>) run.acked
                        AND NOT COALESCE(o.position OPERATOR(pg_catalog.=) ANY (run.acked_ahead), false)
                      ORDER BY o.position
@@ -1164,6 +1222,7 @@ BEGIN
                   AND NOT EXISTS (SELECT FROM @extschema@.idem_outbox o
                                    WHERE o.topic OPERATOR(pg_catalog.=) run.topic
                                      AND o.aggregate OPERATOR(pg_catalog.=) run.aggregate
+                                     AND o.pulled
                                      AND o.position OPERATOR(pg_catalog.>) run.acked
                                      AND NOT COALESCE(o.position OPERATOR(pg_catalog.=) ANY (run.acked_ahead), false)) THEN
                 -- Drained, and no publisher of the aggregate is at work
@@ -1250,7 +1309,7 @@ BEGIN
         SELECT o.topic, o.aggregate, CASE WHEN o.aggregate IS NULL THEN o.id END AS lone,
                pg_catalog.array_agg(DISTINCT o.position) AS ps
           FROM @extschema@.idem_outbox o
-         WHERE o.id OPERATOR(pg_catalog.=) ANY (ARRAY[idem_outbox_ack.id])
+         WHERE o.id OPERATOR(pg_catalog.=) ANY (ARRAY[idem_outbox_ack.id]) AND o.pulled
          GROUP BY 1, 2, 3
          ORDER BY 1, 2, 3
     LOOP
@@ -1294,6 +1353,7 @@ BEGIN
           FROM (SELECT o.position FROM @extschema@.idem_outbox o
                  WHERE o.topic OPERATOR(pg_catalog.=) m.topic
                    AND o.aggregate OPERATOR(pg_catalog.=) m.aggregate
+                   AND o.pulled
                    AND o.position OPERATOR(pg_catalog.>) r.acked
                  ORDER BY o.position
                  LIMIT pg_catalog.cardinality(ahead) OPERATOR(pg_catalog.+) 1) x;
@@ -1366,7 +1426,7 @@ BEGIN
         SELECT o.topic, o.aggregate, CASE WHEN o.aggregate IS NULL THEN o.id END AS lone,
                pg_catalog.array_agg(DISTINCT o.position) AS ps
           FROM @extschema@.idem_outbox o
-         WHERE o.id OPERATOR(pg_catalog.=) ANY (idem_outbox_ack_many.ids)
+         WHERE o.id OPERATOR(pg_catalog.=) ANY (idem_outbox_ack_many.ids) AND o.pulled
          GROUP BY 1, 2, 3
          ORDER BY 1, 2, 3
     LOOP
@@ -1410,6 +1470,7 @@ BEGIN
           FROM (SELECT o.position FROM @extschema@.idem_outbox o
                  WHERE o.topic OPERATOR(pg_catalog.=) m.topic
                    AND o.aggregate OPERATOR(pg_catalog.=) m.aggregate
+                   AND o.pulled
                    AND o.position OPERATOR(pg_catalog.>) r.acked
                  ORDER BY o.position
                  LIMIT pg_catalog.cardinality(ahead) OPERATOR(pg_catalog.+) 1) x;
@@ -1465,6 +1526,7 @@ CREATE VIEW @extschema@.idem_outbox_backlog WITH (security_invoker = true) AS
              FROM @extschema@.idem_outbox_runs r
              JOIN @extschema@.idem_outbox o
                ON o.topic OPERATOR(pg_catalog.=) r.topic
+              AND o.pulled
               AND ((r.lone IS NOT NULL AND o.id OPERATOR(pg_catalog.=) r.lone)
                    OR (r.lone IS NULL AND o.aggregate OPERATOR(pg_catalog.=) r.aggregate
                        AND o.position OPERATOR(pg_catalog.>) r.acked
@@ -1562,7 +1624,7 @@ BEGIN
     END IF;
 
     WITH cand AS (
-        SELECT o.id, o.topic, o.aggregate, o.position, o.created_at
+        SELECT o.id, o.topic, o.aggregate, o.position, o.created_at, o.pulled
           FROM @extschema@.idem_outbox o
          WHERE hand IS NULL OR o.id OPERATOR(pg_catalog.>) hand
          ORDER BY o.id
@@ -1577,7 +1639,8 @@ BEGIN
                      WHERE t.topic OPERATOR(pg_catalog.=) c.topic), '7 days'::pg_catalog.interval))
            AND NOT EXISTS (
                    SELECT FROM @extschema@.idem_outbox_runs r
-                    WHERE r.topic OPERATOR(pg_catalog.=) c.topic
+                    WHERE c.pulled
+                      AND r.topic OPERATOR(pg_catalog.=) c.topic
                       AND r.aggregate OPERATOR(pg_catalog.=) c.aggregate
                       AND r.acked OPERATOR(pg_catalog.<) c.position
                       AND NOT COALESCE(c.position OPERATOR(pg_catalog.=) ANY (r.acked_ahead), false))

@@ -261,6 +261,40 @@ FROM pg_temp.try($$SELECT idem_publish('events', '{}', key => 'e-1')$$) AS r;
 SELECT idem_outbox_topic('events', relay => 'table');
 
 --------------------------------------------------------------------------
+-- A topic for Debezium only (pull => false): a publication takes no lock
+-- of its aggregate and writes no entry of the ordering index (pulled is
+-- false); no consumer group may subscribe; set back to pull, groups get
+-- what is published from then on, from_start included.
+--------------------------------------------------------------------------
+SELECT idem_outbox_topic('dbz', pull => false);
+SELECT topic, relay, pull FROM idem_outbox_topics WHERE topic = 'dbz';
+SELECT idem_publish('dbz', '{"n": 1}', key => 'dbz-1', aggregate => 'A') IS NOT NULL AS published;
+SELECT idem_publish('dbz', '{"n": 1}', key => 'dbz-1', aggregate => 'A') IS NULL AS duplicate;
+SELECT idem_publish('dbz', '{"n": 2}', key => 'dbz-2') IS NOT NULL AS published_lone;
+SELECT key, pulled FROM idem_outbox WHERE topic = 'dbz' ORDER BY position;
+SELECT count(*) AS aggregate_locks FROM idem_outbox_aggregates WHERE topic = 'dbz';
+SELECT pg_temp.try($$SELECT idem_outbox_subscribe('dbz-group', 'dbz', from_start => true)$$);
+SELECT count(*) AS subscriptions FROM idem_outbox_subscriptions WHERE topic = 'dbz';
+-- back to pull: what comes next is ordered (and locked); from_start reads
+-- only that
+SELECT idem_outbox_topic('dbz', pull => true);
+SELECT idem_publish('dbz', '{"n": 3}', key => 'dbz-3', aggregate => 'A') IS NOT NULL AS published;
+SELECT key, pulled FROM idem_outbox WHERE topic = 'dbz' ORDER BY position;
+SELECT count(*) AS aggregate_locks FROM idem_outbox_aggregates WHERE topic = 'dbz';
+SELECT idem_outbox_subscribe('dbz-group', 'dbz', from_start => true) AS subscribed;
+SELECT f.payload FROM idem_outbox_fetch('dbz-group') AS f;
+-- a message that was not pulled is no group's to acknowledge
+SELECT idem_outbox_ack('dbz-group', idem_outbox_id('dbz', 'dbz-1')) AS acked_unpulled;
+SELECT consumer, unacknowledged FROM idem_outbox_backlog WHERE topic = 'dbz';
+-- not while a group reads it
+SELECT pg_temp.try($$SELECT idem_outbox_topic('dbz', pull => false)$$);
+SELECT idem_outbox_unsubscribe('dbz-group', 'dbz');
+SELECT idem_outbox_topic('dbz', pull => false);
+DELETE FROM idem_outbox WHERE topic = 'dbz';
+DELETE FROM idem_outbox_aggregates WHERE topic = 'dbz';
+DELETE FROM idem_outbox_topics WHERE topic = 'dbz';
+
+--------------------------------------------------------------------------
 -- The pull API: subscriptions
 --------------------------------------------------------------------------
 TRUNCATE idem_outbox;

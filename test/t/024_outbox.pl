@@ -17,6 +17,8 @@
 #     with the claim's message id, and nothing for rolled-back ones;
 #   - within each aggregate, the decoded (commit) order is the order of
 #     positions;
+#   - a second topic set to pull => false (Debezium only): one row per
+#     committed claim, decoded once, no aggregate lock taken;
 #   - every message was applied exactly once at the inbox, in position
 #     order within each aggregate, and acknowledged; redeliveries happened
 #     and were recognised by the inbox;
@@ -51,6 +53,8 @@ $node->safe_psql(
 CREATE EXTENSION idempotency;
 SELECT pg_create_logical_replication_slot('outbox_slot', 'test_decoding');
 SELECT idem_outbox_topic('tap', relay => 'both');
+-- A topic only Debezium reads: no aggregate lock, no group.
+SELECT idem_outbox_topic('tapd', pull => false);
 SELECT idem_outbox_subscribe('tapc', 'tap', from_start => true);
 -- The producers' business effects and the consumers' applied messages.
 -- No unique constraints: a duplicate must show up, not fail.
@@ -129,6 +133,7 @@ SELECT idem_claim('tap', 'k' || :k) AS owned \\gset
 \\if :owned
 INSERT INTO effects (k, client) VALUES (:k, :client_id);
 SELECT idem_publish('tap', jsonb_build_object('k', :k), aggregate => 'agg' || :agg) IS NOT NULL AS published \\gset
+SELECT idem_publish('tapd', jsonb_build_object('k', :k), aggregate => 'agg' || :agg) IS NOT NULL AS published \\gset
 \\endif
 \\if :k % 10 = 7
 ROLLBACK;
@@ -208,7 +213,7 @@ my $prod = start_producers([ '-T', 300 ]);
 start_consumer($_) for 1 .. $consumers;
 
 ok( $node->poll_query_until('postgres',
-		q{SELECT (SELECT count(*) FROM idem_outbox) >= 300 AND (SELECT count(*) FROM applied) >= 100}),
+		q{SELECT (SELECT count(*) FROM idem_outbox WHERE topic = 'tap') >= 300 AND (SELECT count(*) FROM applied) >= 100}),
 	'producers publish and consumers apply');
 
 # Two consumers are killed in the middle of whatever they are doing; new
@@ -222,7 +227,7 @@ for my $w (3, 6)
 	start_consumer($w);
 }
 ok( $node->poll_query_until('postgres',
-		q{SELECT (SELECT count(*) FROM idem_outbox) >= 900 AND (SELECT count(*) FROM redeliveries) >= 1}),
+		q{SELECT (SELECT count(*) FROM idem_outbox WHERE topic = 'tap') >= 900 AND (SELECT count(*) FROM redeliveries) >= 1}),
 	'the load goes on after the consumers were replaced');
 
 my $log_offset = -s $node->logfile;
@@ -236,7 +241,7 @@ like(slurp_file($node->logfile, $log_offset),
 finish($prod, time + 60);
 finish($consumer[$_], time + 60) for 1 .. $consumers;
 
-my $before = $node->safe_psql('postgres', 'SELECT count(*) FROM idem_outbox');
+my $before = $node->safe_psql('postgres', q{SELECT count(*) FROM idem_outbox WHERE topic = 'tap'});
 cmp_ok($before, '>=', 900, "messages committed before the crash: $before");
 
 # After the crash: the same again, to the end.
@@ -259,7 +264,8 @@ SELECT c.n, c.data
   FROM pg_logical_slot_get_changes('outbox_slot', NULL, NULL, 'skip-empty-xacts', '1')
        WITH ORDINALITY AS c(lsn, xid, data, n);
 CREATE TABLE decoded_rows AS
-SELECT n, substring(data FROM 'id\[uuid\]:''([0-9a-f-]+)''')::uuid AS id
+SELECT n, substring(data FROM 'id\[uuid\]:''([0-9a-f-]+)''')::uuid AS id,
+       substring(data FROM ' topic\[text\]:''([a-z]+)''') AS topic
   FROM decoded WHERE data LIKE 'table public.idem_outbox: INSERT: %';
 CREATE TABLE decoded_messages AS
 SELECT n, substring(data FROM 'content:(.*)$')::jsonb AS m
@@ -275,8 +281,11 @@ my %q = (
 	effects => 'SELECT count(*) FROM effects',
 	distinct_effects => 'SELECT count(DISTINCT k) FROM effects',
 	rows => q{SELECT count(*) FROM idem_outbox WHERE topic = 'tap'},
-	decoded_rows => 'SELECT count(*) FROM decoded_rows',
-	decoded_distinct => 'SELECT count(DISTINCT id) FROM decoded_rows',
+	decoded_rows => q{SELECT count(*) FROM decoded_rows WHERE topic = 'tap'},
+	decoded_distinct => q{SELECT count(DISTINCT id) FROM decoded_rows WHERE topic = 'tap'},
+	rows_debezium => q{SELECT count(*) FROM idem_outbox WHERE topic = 'tapd' AND NOT pulled},
+	decoded_debezium => q{SELECT count(DISTINCT d.id) FROM decoded_rows d JOIN claims c ON d.id = idem_outbox_id('tapd', c.key, 'tap') WHERE d.topic = 'tapd'},
+	decoded_debezium_all => q{SELECT count(*) FROM decoded_rows WHERE topic = 'tapd'},
 	decoded_messages => 'SELECT count(*) FROM decoded_messages',
 	decoded_messages_distinct => q{SELECT count(DISTINCT m->>'id') FROM decoded_messages},
 	applied => 'SELECT count(*) FROM applied',
@@ -291,12 +300,17 @@ is($n{rows}, $n{claims}, 'one outbox row per committed claim');
 is($n{decoded_rows}, $n{claims}, 'the slot decoded one INSERT per committed claim');
 is($n{decoded_distinct}, $n{claims}, 'no message id decoded twice');
 is($n{decoded_messages}, $n{claims}, 'the slot decoded one logical message per committed claim');
+is($n{rows_debezium}, $n{claims}, 'one row of the Debezium-only topic per committed claim, not pulled');
+is($n{decoded_debezium}, $n{claims}, 'the slot decoded each committed claim\'s message of the Debezium-only topic');
+is($n{decoded_debezium_all}, $n{claims}, 'and nothing else of that topic');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM idem_outbox_aggregates WHERE topic = 'tapd'}),
+	'0', 'the Debezium-only topic took no aggregate lock');
 is($n{decoded_messages_distinct}, $n{claims}, 'no logical message twice');
 is( $node->safe_psql('postgres', q{
 	SELECT (SELECT count(*) FROM claims c WHERE NOT EXISTS (SELECT FROM decoded_rows d WHERE d.id = c.id))
 	    || '|' || (SELECT count(*) FROM claims c WHERE NOT EXISTS (SELECT FROM decoded_messages d WHERE (d.m->>'id')::uuid = c.id))
-	    || '|' || (SELECT count(*) FROM decoded_rows d WHERE NOT EXISTS (SELECT FROM claims c WHERE c.id = d.id))
-	    || '|' || (SELECT count(*) FROM idem_outbox o WHERE NOT EXISTS (SELECT FROM claims c WHERE c.id = o.id))}),
+	    || '|' || (SELECT count(*) FROM decoded_rows d WHERE d.topic = 'tap' AND NOT EXISTS (SELECT FROM claims c WHERE c.id = d.id))
+	    || '|' || (SELECT count(*) FROM idem_outbox o WHERE o.topic = 'tap' AND NOT EXISTS (SELECT FROM claims c WHERE c.id = o.id))}),
 	'0|0|0|0', 'decoded ids, message ids and table ids are exactly those of the committed claims');
 is( $node->safe_psql('postgres', q{
 	SELECT (SELECT count(*) FROM idem_records WHERE scope = 'tap' AND key ~ '7$')
@@ -315,7 +329,7 @@ is( $node->safe_psql('postgres', q{
 is( $node->safe_psql('postgres', q{
 	SELECT count(*) FROM (
 	    SELECT o.position < lag(o.position) OVER (PARTITION BY o.aggregate ORDER BY d.n) AS back
-	      FROM decoded_rows d JOIN idem_outbox o USING (id)) AS x
+	      FROM decoded_rows d JOIN idem_outbox o USING (id) WHERE o.topic = 'tap') AS x
 	 WHERE back}),
 	'0', 'per aggregate, positions follow the commit order');
 

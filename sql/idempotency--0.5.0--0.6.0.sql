@@ -1785,11 +1785,13 @@ BEGIN
                 AND NOT EXISTS (SELECT FROM @extschema@.idem_outbox_topics t
                                  WHERE t.topic OPERATOR(pg_catalog.=) (idem_publish.topic COLLATE pg_catalog."C")
                                    AND (t.relay OPERATOR(pg_catalog.=) 'message' OR NOT t.pull));
-    -- Then the message, pulled as the topic is when it is written; the
-    -- topic's relay comes back with the row.  Without the lock, only while
-    -- the topic is not pulled: if it was set to pull since the look above,
-    -- nothing is written and the second pass takes the lock (idem_outbox_topic
-    -- is the owner's, so this is rare).  A message of a claim this
+    -- Then the message, pulled unless its INSERT sees the topic not pulled
+    -- and without a group (a group subscribed in a race with pull => false,
+    -- under REPEATABLE READ, is served all the same); the topic's relay
+    -- comes back with the row.  Without the lock, only a message not
+    -- pulled: if the topic was set to pull (or got a group) since the look
+    -- above, nothing is written and the second pass takes the lock (rare:
+    -- idem_outbox_topic is the owner's).  A message of a claim this
     -- transaction holds (c_scope is set) cannot be published by another
     -- transaction meanwhile (it would have to write the claim's record,
     -- which this transaction holds): a look-up and a plain INSERT, without
@@ -1821,12 +1823,17 @@ BEGIN
                        (id, topic, aggregate, type, payload, headers, scope, key, seq, xact_id, created_at, pulled)
                 SELECT msg_id, idem_publish.topic, idem_publish.aggregate, idem_publish.type,
                        idem_publish.payload, idem_publish.headers, c_scope, c_key, idem_publish.seq,
-                       pg_catalog.pg_current_xact_id(), pg_catalog.now(), COALESCE(t.pull, true)
-                  FROM (VALUES (1)) AS one(x)
-                  LEFT JOIN @extschema@.idem_outbox_topics t
-                    ON t.topic OPERATOR(pg_catalog.=) (idem_publish.topic COLLATE pg_catalog."C")
-                 WHERE COALESCE(t.relay, 'table') OPERATOR(pg_catalog.<>) 'message'
-                   AND (ordered_ OR idem_publish.aggregate IS NULL OR NOT COALESCE(t.pull, true))
+                       pg_catalog.pg_current_xact_id(), pg_catalog.now(), p.pulled
+                  FROM (SELECT COALESCE(t.relay, 'table') AS relay,
+                               COALESCE(t.pull, true)
+                               OR EXISTS (SELECT FROM @extschema@.idem_outbox_subscriptions s
+                                           WHERE s.topic OPERATOR(pg_catalog.>=) (idem_publish.topic COLLATE pg_catalog."C")
+                                             AND s.topic OPERATOR(pg_catalog.<=) (idem_publish.topic COLLATE pg_catalog."C")) AS pulled
+                          FROM (VALUES (1)) AS one(x)
+                          LEFT JOIN @extschema@.idem_outbox_topics t
+                            ON t.topic OPERATOR(pg_catalog.=) (idem_publish.topic COLLATE pg_catalog."C")) AS p
+                 WHERE p.relay OPERATOR(pg_catalog.<>) 'message'
+                   AND (ordered_ OR idem_publish.aggregate IS NULL OR NOT p.pulled)
                 RETURNING o.position,
                           (SELECT t2.relay FROM @extschema@.idem_outbox_topics t2
                             WHERE t2.topic OPERATOR(pg_catalog.=) o.topic),
@@ -1843,12 +1850,17 @@ BEGIN
                    (id, topic, aggregate, type, payload, headers, scope, key, seq, xact_id, created_at, pulled)
             SELECT msg_id, idem_publish.topic, idem_publish.aggregate, idem_publish.type,
                    idem_publish.payload, idem_publish.headers, c_scope, c_key, idem_publish.seq,
-                   pg_catalog.pg_current_xact_id(), pg_catalog.now(), COALESCE(t.pull, true)
-              FROM (VALUES (1)) AS one(x)
-              LEFT JOIN @extschema@.idem_outbox_topics t
-                ON t.topic OPERATOR(pg_catalog.=) (idem_publish.topic COLLATE pg_catalog."C")
-             WHERE COALESCE(t.relay, 'table') OPERATOR(pg_catalog.<>) 'message'
-               AND (ordered_ OR idem_publish.aggregate IS NULL OR NOT COALESCE(t.pull, true))
+                   pg_catalog.pg_current_xact_id(), pg_catalog.now(), p.pulled
+              FROM (SELECT COALESCE(t.relay, 'table') AS relay,
+                           COALESCE(t.pull, true)
+                           OR EXISTS (SELECT FROM @extschema@.idem_outbox_subscriptions s
+                                       WHERE s.topic OPERATOR(pg_catalog.>=) (idem_publish.topic COLLATE pg_catalog."C")
+                                         AND s.topic OPERATOR(pg_catalog.<=) (idem_publish.topic COLLATE pg_catalog."C")) AS pulled
+                      FROM (VALUES (1)) AS one(x)
+                      LEFT JOIN @extschema@.idem_outbox_topics t
+                        ON t.topic OPERATOR(pg_catalog.=) (idem_publish.topic COLLATE pg_catalog."C")) AS p
+             WHERE p.relay OPERATOR(pg_catalog.<>) 'message'
+               AND (ordered_ OR idem_publish.aggregate IS NULL OR NOT p.pulled)
             ON CONFLICT (id) DO NOTHING
             RETURNING o.position,
                       (SELECT t2.relay FROM @extschema@.idem_outbox_topics t2
@@ -1863,7 +1875,7 @@ BEGIN
         EXIT WHEN EXISTS (SELECT FROM @extschema@.idem_outbox o WHERE o.id OPERATOR(pg_catalog.=) msg_id)
                OR EXISTS (SELECT FROM @extschema@.idem_outbox_topics t
                            WHERE t.topic OPERATOR(pg_catalog.=) (idem_publish.topic COLLATE pg_catalog."C")
-                             AND (t.relay OPERATOR(pg_catalog.=) 'message' OR NOT t.pull));
+                             AND t.relay OPERATOR(pg_catalog.=) 'message');
         ordered_ := true;
     END LOOP;
     IF pos_ IS NOT NULL THEN

@@ -148,16 +148,8 @@ WITH m AS (SELECT q.position FROM bench_queue q ORDER BY q.position LIMIT $BENCH
 SELECT count(*) AS taken FROM d;
 PGB
     cat >"$S/outbox_schema.sql" <<'SQL'
--- The outbox pairs' own objects (bench/outbox.sh), after bench/schema.sql.
--- A hand-written outbox as Debezium's outbox event router reads it.
-CREATE TABLE bench_outbox (
-    id            uuid NOT NULL DEFAULT gen_random_uuid() PRIMARY KEY,
-    aggregatetype text NOT NULL,
-    aggregateid   text NOT NULL,
-    type          text NOT NULL,
-    payload       jsonb,
-    created_at    timestamptz NOT NULL DEFAULT now()
-);
+-- The outbox pairs' own objects (bench/outbox.sh), after bench/schema.sql
+-- (which has the hand-written outbox, bench_outbox).
 -- The hand-written queue of outbox_fetch.
 CREATE TABLE bench_queue (
     position  bigint PRIMARY KEY,

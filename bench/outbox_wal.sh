@@ -45,14 +45,7 @@ idem_psql -d postgres -c "CREATE DATABASE obw" >/dev/null || idem_die "CREATE DA
 q -c "CREATE EXTENSION idempotency" >/dev/null || idem_die "CREATE EXTENSION failed"
 q -f "$IDEM_TOP/bench/schema.sql" >/dev/null || idem_die "bench/schema.sql failed"
 q >/dev/null <<SQL || idem_die "the helpers failed"
-CREATE TABLE bench_outbox (
-    id            uuid NOT NULL DEFAULT gen_random_uuid() PRIMARY KEY,
-    aggregatetype text NOT NULL,
-    aggregateid   text NOT NULL,
-    type          text NOT NULL,
-    payload       jsonb,
-    created_at    timestamptz NOT NULL DEFAULT now()
-);
+-- After bench/schema.sql (accounts, ledger, the hand-written bench_outbox).
 INSERT INTO bench_accounts (id) SELECT g FROM generate_series(1, $AGGS) g;
 SELECT idem_outbox_topic('accountd', pull => false);
 -- n transactions of one side, each committed.

@@ -94,6 +94,18 @@ BEGIN
     END LOOP;
 END $$;
 
+-- A hand-written outbox as Debezium's outbox event router reads it: the
+-- baseline of the outbox_sql pair (bench/outbox.sh) and of
+-- bench/outbox_wal.sh.
+CREATE TABLE bench_outbox (
+    id            uuid NOT NULL DEFAULT gen_random_uuid() PRIMARY KEY,
+    aggregatetype text NOT NULL,
+    aggregateid   text NOT NULL,
+    type          text NOT NULL,
+    payload       jsonb,
+    created_at    timestamptz NOT NULL DEFAULT now()
+);
+
 -- Sizes of a table: heap (main fork), toast, each index (main fork), and
 -- pg_total_relation_size (all of them with their free space and
 -- visibility maps).

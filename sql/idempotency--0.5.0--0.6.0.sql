@@ -1800,7 +1800,8 @@ BEGIN
     -- in its order (which only the index gives cheaply), not EXISTS (...
     -- topic = ...), whose plan scans the whole table when other topics
     -- have very many groups; row-level security then filters only the
-    -- topic's own rows.
+    -- topic's own rows.  Looked up once: a message written not pulled
+    -- was written seeing no group.
     LOOP
         IF ordered_ THEN
             LOOP
@@ -1826,9 +1827,10 @@ BEGIN
                        pg_catalog.pg_current_xact_id(), pg_catalog.now(), p.pulled
                   FROM (SELECT COALESCE(t.relay, 'table') AS relay,
                                COALESCE(t.pull, true)
-                               OR EXISTS (SELECT FROM @extschema@.idem_outbox_subscriptions s
-                                           WHERE s.topic OPERATOR(pg_catalog.>=) (idem_publish.topic COLLATE pg_catalog."C")
-                                             AND s.topic OPERATOR(pg_catalog.<=) (idem_publish.topic COLLATE pg_catalog."C")) AS pulled
+                               OR COALESCE((SELECT true FROM @extschema@.idem_outbox_subscriptions s
+                                            WHERE s.topic OPERATOR(pg_catalog.>=) (idem_publish.topic COLLATE pg_catalog."C")
+                                              AND s.topic OPERATOR(pg_catalog.<=) (idem_publish.topic COLLATE pg_catalog."C")
+                                            ORDER BY s.topic LIMIT 1), false) AS pulled
                           FROM (VALUES (1)) AS one(x)
                           LEFT JOIN @extschema@.idem_outbox_topics t
                             ON t.topic OPERATOR(pg_catalog.=) (idem_publish.topic COLLATE pg_catalog."C")) AS p
@@ -1837,10 +1839,10 @@ BEGIN
                 RETURNING o.position,
                           (SELECT t2.relay FROM @extschema@.idem_outbox_topics t2
                             WHERE t2.topic OPERATOR(pg_catalog.=) o.topic),
-                          COALESCE((SELECT true FROM @extschema@.idem_outbox_subscriptions s
-                                     WHERE s.topic OPERATOR(pg_catalog.>=) o.topic
-                                       AND s.topic OPERATOR(pg_catalog.<=) o.topic
-                                     ORDER BY s.topic LIMIT 1), false)
+                          CASE WHEN o.pulled THEN COALESCE((SELECT true FROM @extschema@.idem_outbox_subscriptions s
+                                                       WHERE s.topic OPERATOR(pg_catalog.>=) o.topic
+                                                         AND s.topic OPERATOR(pg_catalog.<=) o.topic
+                                                       ORDER BY s.topic LIMIT 1), false) ELSE false END
                      INTO pos_, how, subscribed;
             ELSE
                 pos_ := NULL;
@@ -1853,9 +1855,10 @@ BEGIN
                    pg_catalog.pg_current_xact_id(), pg_catalog.now(), p.pulled
               FROM (SELECT COALESCE(t.relay, 'table') AS relay,
                            COALESCE(t.pull, true)
-                           OR EXISTS (SELECT FROM @extschema@.idem_outbox_subscriptions s
-                                       WHERE s.topic OPERATOR(pg_catalog.>=) (idem_publish.topic COLLATE pg_catalog."C")
-                                         AND s.topic OPERATOR(pg_catalog.<=) (idem_publish.topic COLLATE pg_catalog."C")) AS pulled
+                           OR COALESCE((SELECT true FROM @extschema@.idem_outbox_subscriptions s
+                                        WHERE s.topic OPERATOR(pg_catalog.>=) (idem_publish.topic COLLATE pg_catalog."C")
+                                          AND s.topic OPERATOR(pg_catalog.<=) (idem_publish.topic COLLATE pg_catalog."C")
+                                        ORDER BY s.topic LIMIT 1), false) AS pulled
                       FROM (VALUES (1)) AS one(x)
                       LEFT JOIN @extschema@.idem_outbox_topics t
                         ON t.topic OPERATOR(pg_catalog.=) (idem_publish.topic COLLATE pg_catalog."C")) AS p
@@ -1865,10 +1868,10 @@ BEGIN
             RETURNING o.position,
                       (SELECT t2.relay FROM @extschema@.idem_outbox_topics t2
                         WHERE t2.topic OPERATOR(pg_catalog.=) o.topic),
-                      COALESCE((SELECT true FROM @extschema@.idem_outbox_subscriptions s
-                                 WHERE s.topic OPERATOR(pg_catalog.>=) o.topic
-                                   AND s.topic OPERATOR(pg_catalog.<=) o.topic
-                                 ORDER BY s.topic LIMIT 1), false)
+                      CASE WHEN o.pulled THEN COALESCE((SELECT true FROM @extschema@.idem_outbox_subscriptions s
+                                                   WHERE s.topic OPERATOR(pg_catalog.>=) o.topic
+                                                     AND s.topic OPERATOR(pg_catalog.<=) o.topic
+                                                   ORDER BY s.topic LIMIT 1), false) ELSE false END
                  INTO pos_, how, subscribed;
         END IF;
         EXIT WHEN pos_ IS NOT NULL OR ordered_ OR idem_publish.aggregate IS NULL;

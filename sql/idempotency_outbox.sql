@@ -546,7 +546,7 @@ REVOKE ALL ON FUNCTION @extschema@.idem_outbox_revoke(pg_catalog.regrole, pg_cat
 -- Publishing
 --------------------------------------------------------------------------
 
-CREATE FUNCTION @extschema@.idem_publish(
+CREATE FUNCTION @extschema@.idem_publish_sql(
     topic pg_catalog.text,
     payload pg_catalog.jsonb,
     key pg_catalog.text DEFAULT NULL,
@@ -560,8 +560,8 @@ LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE
 AS $$
 DECLARE
     top pg_catalog.xid8;
-    c_scope pg_catalog.text := idem_publish.scope;
-    c_key pg_catalog.text := idem_publish.key;
+    c_scope pg_catalog.text := idem_publish_sql.scope;
+    c_key pg_catalog.text := idem_publish_sql.key;
     found_scope pg_catalog.text;
     mine pg_catalog.bool;
     nclaims pg_catalog.int4 := 0;
@@ -578,28 +578,28 @@ DECLARE
 BEGIN
     -- Arguments, in order; the detailed checks only when one fails (one
     -- expression on the usual path).
-    IF idem_publish.topic IS NULL
-       OR pg_catalog.octet_length(idem_publish.topic) OPERATOR(pg_catalog.<) 1
-       OR pg_catalog.octet_length(idem_publish.topic) OPERATOR(pg_catalog.>) 128
+    IF idem_publish_sql.topic IS NULL
+       OR pg_catalog.octet_length(idem_publish_sql.topic) OPERATOR(pg_catalog.<) 1
+       OR pg_catalog.octet_length(idem_publish_sql.topic) OPERATOR(pg_catalog.>) 128
        OR pg_catalog.octet_length(c_key) OPERATOR(pg_catalog.<) 1
        OR pg_catalog.octet_length(c_key) OPERATOR(pg_catalog.>) 1024
-       OR pg_catalog.octet_length(idem_publish.aggregate) OPERATOR(pg_catalog.<) 1
-       OR pg_catalog.octet_length(idem_publish.aggregate) OPERATOR(pg_catalog.>) 1024
-       OR pg_catalog.jsonb_typeof(idem_publish.headers) OPERATOR(pg_catalog.<>) 'object'
+       OR pg_catalog.octet_length(idem_publish_sql.aggregate) OPERATOR(pg_catalog.<) 1
+       OR pg_catalog.octet_length(idem_publish_sql.aggregate) OPERATOR(pg_catalog.>) 1024
+       OR pg_catalog.jsonb_typeof(idem_publish_sql.headers) OPERATOR(pg_catalog.<>) 'object'
        OR pg_catalog.octet_length(c_scope) OPERATOR(pg_catalog.>) 128
        OR (c_scope IS NOT NULL AND c_key IS NULL)
-       OR idem_publish.seq IS NULL OR idem_publish.seq OPERATOR(pg_catalog.<) 0
+       OR idem_publish_sql.seq IS NULL OR idem_publish_sql.seq OPERATOR(pg_catalog.<) 0
        OR pg_catalog.current_setting('transaction_read_only') OPERATOR(pg_catalog.=) 'on' THEN
-        IF idem_publish.topic IS NULL THEN
+        IF idem_publish_sql.topic IS NULL THEN
             RAISE EXCEPTION 'idem_publish: topic must not be null' USING ERRCODE = '22004';
         END IF;
-        IF pg_catalog.octet_length(idem_publish.topic) OPERATOR(pg_catalog.=) 0 THEN
+        IF pg_catalog.octet_length(idem_publish_sql.topic) OPERATOR(pg_catalog.=) 0 THEN
             RAISE EXCEPTION 'idem_publish: topic must not be empty' USING ERRCODE = '22023';
         END IF;
-        IF pg_catalog.octet_length(idem_publish.topic) OPERATOR(pg_catalog.>) 128 THEN
+        IF pg_catalog.octet_length(idem_publish_sql.topic) OPERATOR(pg_catalog.>) 128 THEN
             RAISE EXCEPTION 'idem_publish: topic is too long'
                 USING ERRCODE = '22001',
-                      DETAIL = pg_catalog.format('The topic is %s bytes; the limit is 128 bytes.', pg_catalog.octet_length(idem_publish.topic));
+                      DETAIL = pg_catalog.format('The topic is %s bytes; the limit is 128 bytes.', pg_catalog.octet_length(idem_publish_sql.topic));
         END IF;
         IF c_key IS NOT NULL THEN
             IF pg_catalog.octet_length(c_key) OPERATOR(pg_catalog.=) 0 THEN
@@ -612,22 +612,22 @@ BEGIN
                           HINT = 'Hash long natural keys, for example with sha256(), and use the digest as the key.';
             END IF;
         END IF;
-        IF idem_publish.aggregate IS NOT NULL THEN
-            IF pg_catalog.octet_length(idem_publish.aggregate) OPERATOR(pg_catalog.=) 0 THEN
+        IF idem_publish_sql.aggregate IS NOT NULL THEN
+            IF pg_catalog.octet_length(idem_publish_sql.aggregate) OPERATOR(pg_catalog.=) 0 THEN
                 RAISE EXCEPTION 'idem_publish: aggregate must not be empty'
                     USING ERRCODE = '22023', HINT = 'Pass NULL for a message without an aggregate.';
             END IF;
-            IF pg_catalog.octet_length(idem_publish.aggregate) OPERATOR(pg_catalog.>) 1024 THEN
+            IF pg_catalog.octet_length(idem_publish_sql.aggregate) OPERATOR(pg_catalog.>) 1024 THEN
                 RAISE EXCEPTION 'idem_publish: aggregate is too long'
                     USING ERRCODE = '22001',
-                          DETAIL = pg_catalog.format('The aggregate is %s bytes; the limit is 1024 bytes.', pg_catalog.octet_length(idem_publish.aggregate));
+                          DETAIL = pg_catalog.format('The aggregate is %s bytes; the limit is 1024 bytes.', pg_catalog.octet_length(idem_publish_sql.aggregate));
             END IF;
         END IF;
-        IF idem_publish.headers IS NOT NULL
-           AND pg_catalog.jsonb_typeof(idem_publish.headers) OPERATOR(pg_catalog.<>) 'object' THEN
+        IF idem_publish_sql.headers IS NOT NULL
+           AND pg_catalog.jsonb_typeof(idem_publish_sql.headers) OPERATOR(pg_catalog.<>) 'object' THEN
             RAISE EXCEPTION 'idem_publish: headers must be a JSON object'
                 USING ERRCODE = '22023',
-                      DETAIL = pg_catalog.format('The headers given are a JSON %s.', pg_catalog.jsonb_typeof(idem_publish.headers));
+                      DETAIL = pg_catalog.format('The headers given are a JSON %s.', pg_catalog.jsonb_typeof(idem_publish_sql.headers));
         END IF;
         IF c_scope IS NOT NULL THEN
             IF pg_catalog.octet_length(c_scope) OPERATOR(pg_catalog.>) 128 THEN
@@ -641,12 +641,12 @@ BEGIN
                           HINT = 'Name the claim with scope => and key =>, as given to idem_claim.';
             END IF;
         END IF;
-        IF idem_publish.seq IS NULL THEN
+        IF idem_publish_sql.seq IS NULL THEN
             RAISE EXCEPTION 'idem_publish: seq must not be null' USING ERRCODE = '22004';
         END IF;
-        IF idem_publish.seq OPERATOR(pg_catalog.<) 0 THEN
+        IF idem_publish_sql.seq OPERATOR(pg_catalog.<) 0 THEN
             RAISE EXCEPTION 'idem_publish: seq must not be negative'
-                USING ERRCODE = '22023', DETAIL = pg_catalog.format('The seq given was %s.', idem_publish.seq);
+                USING ERRCODE = '22023', DETAIL = pg_catalog.format('The seq given was %s.', idem_publish_sql.seq);
         END IF;
         IF pg_catalog.current_setting('transaction_read_only') OPERATOR(pg_catalog.=) 'on' THEN
             RAISE EXCEPTION 'cannot execute idem_publish() in a read-only transaction' USING ERRCODE = '25006';
@@ -742,9 +742,9 @@ BEGIN
                                                        OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) c_scope, ':key')
                       OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) pg_catalog.length(c_key)
                       OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) c_key
-                      OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) pg_catalog.length(idem_publish.topic)
-                      OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) idem_publish.topic
-                      OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) idem_publish.seq,
+                      OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) pg_catalog.length(idem_publish_sql.topic)
+                      OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) idem_publish_sql.topic
+                      OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) idem_publish_sql.seq,
                       'UTF8')), 1, 16), 'hex'),
                   '8', 13, 1), '8', 17, 1)::pg_catalog.uuid;
 
@@ -760,9 +760,9 @@ BEGIN
     -- table's relay only, as Debezium reads it in commit order from the
     -- WAL), takes no lock, and its message no entry in the ordering index
     -- (pulled is false).
-    ordered_ := idem_publish.aggregate IS NOT NULL
+    ordered_ := idem_publish_sql.aggregate IS NOT NULL
                 AND NOT EXISTS (SELECT FROM @extschema@.idem_outbox_topics t
-                                 WHERE t.topic OPERATOR(pg_catalog.=) (idem_publish.topic COLLATE pg_catalog."C")
+                                 WHERE t.topic OPERATOR(pg_catalog.=) (idem_publish_sql.topic COLLATE pg_catalog."C")
                                    AND (t.relay OPERATOR(pg_catalog.=) 'message' OR NOT t.pull));
     -- Then the message, pulled unless its INSERT sees the topic not pulled
     -- and without a group (a group subscribed in a race with pull => false,
@@ -785,14 +785,14 @@ BEGIN
         IF ordered_ THEN
             LOOP
                 PERFORM FROM @extschema@.idem_outbox_aggregates a
-                  WHERE a.topic OPERATOR(pg_catalog.=) (idem_publish.topic COLLATE pg_catalog."C")
-                    AND a.aggregate OPERATOR(pg_catalog.=) (idem_publish.aggregate COLLATE pg_catalog."C")
+                  WHERE a.topic OPERATOR(pg_catalog.=) (idem_publish_sql.topic COLLATE pg_catalog."C")
+                    AND a.aggregate OPERATOR(pg_catalog.=) (idem_publish_sql.aggregate COLLATE pg_catalog."C")
                     FOR NO KEY UPDATE;
                 EXIT WHEN FOUND;
                 -- The first publication: a concurrent first one makes this
                 -- wait for its end, insert nothing, and lock the row above.
                 INSERT INTO @extschema@.idem_outbox_aggregates AS a (topic, aggregate)
-                VALUES (idem_publish.topic, idem_publish.aggregate)
+                VALUES (idem_publish_sql.topic, idem_publish_sql.aggregate)
                 ON CONFLICT ON CONSTRAINT idem_outbox_aggregates_pkey DO NOTHING;
                 EXIT WHEN FOUND;
             END LOOP;
@@ -801,20 +801,20 @@ BEGIN
             IF NOT EXISTS (SELECT FROM @extschema@.idem_outbox o WHERE o.id OPERATOR(pg_catalog.=) msg_id) THEN
                 INSERT INTO @extschema@.idem_outbox AS o
                        (id, topic, aggregate, type, payload, headers, scope, key, seq, xact_id, created_at, pulled)
-                SELECT msg_id, idem_publish.topic, idem_publish.aggregate, idem_publish.type,
-                       idem_publish.payload, idem_publish.headers, c_scope, c_key, idem_publish.seq,
+                SELECT msg_id, idem_publish_sql.topic, idem_publish_sql.aggregate, idem_publish_sql.type,
+                       idem_publish_sql.payload, idem_publish_sql.headers, c_scope, c_key, idem_publish_sql.seq,
                        pg_catalog.pg_current_xact_id(), pg_catalog.now(), p.pulled
                   FROM (SELECT COALESCE(t.relay, 'table') AS relay,
                                COALESCE(t.pull, true)
                                OR COALESCE((SELECT true FROM @extschema@.idem_outbox_subscriptions s
-                                            WHERE s.topic OPERATOR(pg_catalog.>=) (idem_publish.topic COLLATE pg_catalog."C")
-                                              AND s.topic OPERATOR(pg_catalog.<=) (idem_publish.topic COLLATE pg_catalog."C")
+                                            WHERE s.topic OPERATOR(pg_catalog.>=) (idem_publish_sql.topic COLLATE pg_catalog."C")
+                                              AND s.topic OPERATOR(pg_catalog.<=) (idem_publish_sql.topic COLLATE pg_catalog."C")
                                             ORDER BY s.topic LIMIT 1), false) AS pulled
                           FROM (VALUES (1)) AS one(x)
                           LEFT JOIN @extschema@.idem_outbox_topics t
-                            ON t.topic OPERATOR(pg_catalog.=) (idem_publish.topic COLLATE pg_catalog."C")) AS p
+                            ON t.topic OPERATOR(pg_catalog.=) (idem_publish_sql.topic COLLATE pg_catalog."C")) AS p
                  WHERE p.relay OPERATOR(pg_catalog.<>) 'message'
-                   AND (ordered_ OR idem_publish.aggregate IS NULL OR NOT p.pulled)
+                   AND (ordered_ OR idem_publish_sql.aggregate IS NULL OR NOT p.pulled)
                 RETURNING o.position,
                           (SELECT t2.relay FROM @extschema@.idem_outbox_topics t2
                             WHERE t2.topic OPERATOR(pg_catalog.=) o.topic),
@@ -829,20 +829,20 @@ BEGIN
         ELSE
             INSERT INTO @extschema@.idem_outbox AS o
                    (id, topic, aggregate, type, payload, headers, scope, key, seq, xact_id, created_at, pulled)
-            SELECT msg_id, idem_publish.topic, idem_publish.aggregate, idem_publish.type,
-                   idem_publish.payload, idem_publish.headers, c_scope, c_key, idem_publish.seq,
+            SELECT msg_id, idem_publish_sql.topic, idem_publish_sql.aggregate, idem_publish_sql.type,
+                   idem_publish_sql.payload, idem_publish_sql.headers, c_scope, c_key, idem_publish_sql.seq,
                    pg_catalog.pg_current_xact_id(), pg_catalog.now(), p.pulled
               FROM (SELECT COALESCE(t.relay, 'table') AS relay,
                            COALESCE(t.pull, true)
                            OR COALESCE((SELECT true FROM @extschema@.idem_outbox_subscriptions s
-                                        WHERE s.topic OPERATOR(pg_catalog.>=) (idem_publish.topic COLLATE pg_catalog."C")
-                                          AND s.topic OPERATOR(pg_catalog.<=) (idem_publish.topic COLLATE pg_catalog."C")
+                                        WHERE s.topic OPERATOR(pg_catalog.>=) (idem_publish_sql.topic COLLATE pg_catalog."C")
+                                          AND s.topic OPERATOR(pg_catalog.<=) (idem_publish_sql.topic COLLATE pg_catalog."C")
                                         ORDER BY s.topic LIMIT 1), false) AS pulled
                       FROM (VALUES (1)) AS one(x)
                       LEFT JOIN @extschema@.idem_outbox_topics t
-                        ON t.topic OPERATOR(pg_catalog.=) (idem_publish.topic COLLATE pg_catalog."C")) AS p
+                        ON t.topic OPERATOR(pg_catalog.=) (idem_publish_sql.topic COLLATE pg_catalog."C")) AS p
              WHERE p.relay OPERATOR(pg_catalog.<>) 'message'
-               AND (ordered_ OR idem_publish.aggregate IS NULL OR NOT p.pulled)
+               AND (ordered_ OR idem_publish_sql.aggregate IS NULL OR NOT p.pulled)
             ON CONFLICT (id) DO NOTHING
             RETURNING o.position,
                       (SELECT t2.relay FROM @extschema@.idem_outbox_topics t2
@@ -853,10 +853,10 @@ BEGIN
                                                    ORDER BY s.topic LIMIT 1), false) ELSE false END
                  INTO pos_, how, subscribed;
         END IF;
-        EXIT WHEN pos_ IS NOT NULL OR ordered_ OR idem_publish.aggregate IS NULL;
+        EXIT WHEN pos_ IS NOT NULL OR ordered_ OR idem_publish_sql.aggregate IS NULL;
         EXIT WHEN EXISTS (SELECT FROM @extschema@.idem_outbox o WHERE o.id OPERATOR(pg_catalog.=) msg_id)
                OR EXISTS (SELECT FROM @extschema@.idem_outbox_topics t
-                           WHERE t.topic OPERATOR(pg_catalog.=) (idem_publish.topic COLLATE pg_catalog."C")
+                           WHERE t.topic OPERATOR(pg_catalog.=) (idem_publish_sql.topic COLLATE pg_catalog."C")
                              AND t.relay OPERATOR(pg_catalog.=) 'message');
         ordered_ := true;
     END LOOP;
@@ -868,17 +868,17 @@ BEGIN
             -- alone; a parked run (drained) is freed.  Under the aggregate's
             -- lock, so no fetch parks the run past this message.
             INSERT INTO @extschema@.idem_outbox_runs AS r (consumer, topic, aggregate, lone, acked, available_at)
-            SELECT s.consumer, idem_publish.topic, idem_publish.aggregate,
-                   CASE WHEN idem_publish.aggregate IS NULL THEN msg_id END,
+            SELECT s.consumer, idem_publish_sql.topic, idem_publish_sql.aggregate,
+                   CASE WHEN idem_publish_sql.aggregate IS NULL THEN msg_id END,
                    pos_ OPERATOR(pg_catalog.-) 1, pg_catalog.now()
               FROM @extschema@.idem_outbox_subscriptions s
-             WHERE s.topic OPERATOR(pg_catalog.=) (idem_publish.topic COLLATE pg_catalog."C")
+             WHERE s.topic OPERATOR(pg_catalog.=) (idem_publish_sql.topic COLLATE pg_catalog."C")
             ON CONFLICT ON CONSTRAINT idem_outbox_runs_key DO NOTHING;
-            IF idem_publish.aggregate IS NOT NULL THEN
+            IF idem_publish_sql.aggregate IS NOT NULL THEN
                 UPDATE @extschema@.idem_outbox_runs r
                    SET available_at = pg_catalog.now()
-                 WHERE r.topic OPERATOR(pg_catalog.=) (idem_publish.topic COLLATE pg_catalog."C")
-                   AND r.aggregate OPERATOR(pg_catalog.=) (idem_publish.aggregate COLLATE pg_catalog."C")
+                 WHERE r.topic OPERATOR(pg_catalog.=) (idem_publish_sql.topic COLLATE pg_catalog."C")
+                   AND r.aggregate OPERATOR(pg_catalog.=) (idem_publish_sql.aggregate COLLATE pg_catalog."C")
                    AND r.lone IS NULL
                    AND r.available_at OPERATOR(pg_catalog.=) 'infinity'::pg_catalog.timestamptz;
             END IF;
@@ -888,7 +888,7 @@ BEGIN
         END IF;
     ELSE
         SELECT t.relay INTO how FROM @extschema@.idem_outbox_topics t
-         WHERE t.topic OPERATOR(pg_catalog.=) (idem_publish.topic COLLATE pg_catalog."C");
+         WHERE t.topic OPERATOR(pg_catalog.=) (idem_publish_sql.topic COLLATE pg_catalog."C");
         IF how IS NULL OR how OPERATOR(pg_catalog.<>) 'message' THEN
             -- A message with this id is in the table.
             SELECT o.xact_id INTO existing FROM @extschema@.idem_outbox o
@@ -896,7 +896,7 @@ BEGIN
             IF existing OPERATOR(pg_catalog.=) pg_catalog.pg_current_xact_id() THEN
                 RAISE EXCEPTION 'idem_publish: message already published by this transaction'
                     USING ERRCODE = 'ID021',
-                          DETAIL = pg_catalog.format('Message %s (topic "%s", seq %s) was published earlier in this transaction.', msg_id, idem_publish.topic, idem_publish.seq),
+                          DETAIL = pg_catalog.format('Message %s (topic "%s", seq %s) was published earlier in this transaction.', msg_id, idem_publish_sql.topic, idem_publish_sql.seq),
                           HINT = 'Give each message of one claim and topic its own seq => 0, 1, 2, ...';
             END IF;
             -- Published by an earlier transaction: a duplicate, nothing written.
@@ -906,20 +906,40 @@ BEGIN
 
     -- Relayed (also) by a logical decoding message.
     IF pg_catalog.current_setting('wal_level') OPERATOR(pg_catalog.<>) 'logical' THEN
-        RAISE EXCEPTION 'idem_publish: topic "%" relays through logical decoding messages, which need wal_level = logical', idem_publish.topic
+        RAISE EXCEPTION 'idem_publish: topic "%" relays through logical decoding messages, which need wal_level = logical', idem_publish_sql.topic
             USING ERRCODE = '55000',
                   DETAIL = pg_catalog.format('wal_level is %s; the message would be decoded by nobody.', pg_catalog.current_setting('wal_level')),
                   HINT = 'Set wal_level = logical and restart, or relay the topic through the table: SELECT idem_outbox_topic(topic, relay => ''table'').';
     END IF;
     PERFORM pg_catalog.pg_logical_emit_message(true, 'idempotency.outbox',
         pg_catalog.jsonb_build_object(
-            'id', msg_id, 'topic', idem_publish.topic, 'aggregate', idem_publish.aggregate,
-            'type', idem_publish.type, 'headers', idem_publish.headers,
-            'payload', idem_publish.payload, 'scope', c_scope, 'key', c_key,
-            'seq', idem_publish.seq)::pg_catalog.text);
+            'id', msg_id, 'topic', idem_publish_sql.topic, 'aggregate', idem_publish_sql.aggregate,
+            'type', idem_publish_sql.type, 'headers', idem_publish_sql.headers,
+            'payload', idem_publish_sql.payload, 'scope', c_scope, 'key', c_key,
+            'seq', idem_publish_sql.seq)::pg_catalog.text);
     RETURN msg_id;
 END
 $$;
+
+COMMENT ON FUNCTION @extschema@.idem_publish_sql(pg_catalog.text, pg_catalog.jsonb, pg_catalog.text, pg_catalog.text, pg_catalog.jsonb, pg_catalog.text, pg_catalog.text, pg_catalog.int4) IS
+    'Internal (idem_publish): a publication in SQL, what idem_publish does where its fast path does not apply; the same arguments and result';
+
+-- idem_publish: in C (outbox_publish.c), a fast path for a message of this
+-- transaction's claim to a topic no consumer group reads in order (no
+-- aggregate, or pull => false), and idem_publish_sql above for the rest;
+-- the portable edition calls idem_publish_sql.
+CREATE FUNCTION @extschema@.idem_publish(
+    topic pg_catalog.text,
+    payload pg_catalog.jsonb,
+    key pg_catalog.text DEFAULT NULL,
+    aggregate pg_catalog.text DEFAULT NULL,
+    headers pg_catalog.jsonb DEFAULT NULL,
+    scope pg_catalog.text DEFAULT NULL,
+    type pg_catalog.text DEFAULT NULL,
+    seq pg_catalog.int4 DEFAULT 0)
+RETURNS pg_catalog.uuid
+AS 'MODULE_PATHNAME', 'idem_publish'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION @extschema@.idem_publish(pg_catalog.text, pg_catalog.jsonb, pg_catalog.text, pg_catalog.text, pg_catalog.jsonb, pg_catalog.text, pg_catalog.text, pg_catalog.int4) IS
     'Publish a message in the current transaction (it exists if and only if the transaction commits), bound to this transaction''s claim or to an explicit key; returns its id, NULL when an earlier transaction published it';

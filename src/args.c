@@ -183,6 +183,20 @@ assign_default_ttl(const char *newval, void *extra)
 }
 
 /*
+ * idempotency.default_ttl: false when it is infinity, else true with the
+ * interval in *ttl (idem_publish's look for this transaction's claims).
+ */
+bool
+idem_default_ttl(Interval *ttl)
+{
+	Assert(default_ttl != NULL);
+	if (default_ttl->infinite)
+		return false;
+	*ttl = default_ttl->ttl;
+	return true;
+}
+
+/*
  * Define idempotency.default_ttl and idempotency.autocommit_claims
  * (module.c's _PG_init).
  */

@@ -192,6 +192,25 @@ idem_shmem_request_install(idem_shmem_request_fn request,
 	ExecInsertIndexTuples((rri), (slot), (estate), false, true, (specConflict), (arbiters))
 #endif
 
+/* The index entries of a plain INSERT's new tuple (a duplicate is 23505). */
+#if PG_VERSION_NUM >= 190000
+#define IDEM_EXEC_INSERT_INDEX_TUPLES_PLAIN(rri, slot, estate) \
+	ExecInsertIndexTuples((rri), (estate), 0, (slot), NIL, NULL)
+#elif PG_VERSION_NUM >= 160000
+#define IDEM_EXEC_INSERT_INDEX_TUPLES_PLAIN(rri, slot, estate) \
+	ExecInsertIndexTuples((rri), (slot), (estate), false, false, NULL, NIL, false)
+#else
+#define IDEM_EXEC_INSERT_INDEX_TUPLES_PLAIN(rri, slot, estate) \
+	ExecInsertIndexTuples((rri), (slot), (estate), false, false, NULL, NIL)
+#endif
+
+/* The sequence of an identity column: 17 takes the relation, not its OID. */
+#if PG_VERSION_NUM >= 170000
+#define IDEM_IDENTITY_SEQUENCE(rel, attnum) getIdentitySequence((rel), (attnum), true)
+#else
+#define IDEM_IDENTITY_SEQUENCE(rel, attnum) getIdentitySequence(RelationGetRelid(rel), (attnum), true)
+#endif
+
 /* ON CONFLICT's pre-check of the arbiter indexes for a new tuple. */
 static inline bool
 idem_exec_check_index_constraints(ResultRelInfo *rri, TupleTableSlot *slot,

@@ -62,6 +62,7 @@ extern bool idem_purge_round(const char *dbname);
 extern void idem_query_init(void);
 extern void idem_relcache_init(void);
 extern void idem_shard_init(void);
+extern void idem_publish_init(void);
 
 /*
  * lease_await.c: is the session of backend pid, started then, still
@@ -83,6 +84,7 @@ extern TimestampTz idem_expiry(FunctionCallInfo fcinfo, int argno,
 extern TimestampTz idem_add_interval(TimestampTz base, Interval *span,
 									 const char *what, const char *fname);
 extern bytea *idem_fingerprint_digest(FunctionCallInfo fcinfo, int argno);
+extern bool idem_default_ttl(Interval *ttl);
 extern char *idem_timestamptz_cstring(TimestampTz ts);
 
 /* Same bytes?  (Fingerprint digests: stored against given.) */

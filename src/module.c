@@ -47,6 +47,7 @@ _PG_init(void)
 	idem_claim_init();
 	idem_lease_init();
 	idem_direct_init();
+	idem_publish_init();
 	idem_stats_init();
 	idem_worker_init();
 	idem_purge_round_init();

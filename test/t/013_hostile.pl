@@ -80,6 +80,7 @@ sub in_rollback
 # when that argument alone is NULL: an SQLSTATE, 'ok', or 'ok:<output>'].
 my %null_rules = (
 	'idem_publish(text,jsonb,text,text,jsonb,text,text,integer)' => [q{SELECT idem_claim('s','k')}, [q{'t'},q{'{}'},q{'k'},q{'a'},q{'{}'},q{'s'},q{'T'},'0'], ['22004','ok:efd53398-9227-8cc2-808d-7bf0464890e3','22004','ok:efd53398-9227-8cc2-808d-7bf0464890e3','ok:efd53398-9227-8cc2-808d-7bf0464890e3','ok:f550a9ff-6c38-8a44-843b-dd30c90707c3','ok:efd53398-9227-8cc2-808d-7bf0464890e3','22004']],
+	'idem_publish_sql(text,jsonb,text,text,jsonb,text,text,integer)' => [q{SELECT idem_claim('s','k')}, [q{'t'},q{'{}'},q{'k'},q{'a'},q{'{}'},q{'s'},q{'T'},'0'], ['22004','ok:efd53398-9227-8cc2-808d-7bf0464890e3','22004','ok:efd53398-9227-8cc2-808d-7bf0464890e3','ok:efd53398-9227-8cc2-808d-7bf0464890e3','ok:f550a9ff-6c38-8a44-843b-dd30c90707c3','ok:efd53398-9227-8cc2-808d-7bf0464890e3','22004']],
 	'idem_outbox_id(text,text,text,integer)' => ['', [q{'t'},q{'k'},q{'s'},'0'], ['ok:','ok:','ok:f550a9ff-6c38-8a44-843b-dd30c90707c3','ok:']],
 	'idem_xid8_near(xid,xid8)' => ['', [q{'1'},q{'1'}], ['ok:','ok:']],
 	'idem_xact_claims()' => ['', [], []],

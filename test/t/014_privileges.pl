@@ -109,6 +109,7 @@ my %calls = (
 	'idem_xid8_near(xid,xid8)' => [ [ q{SELECT idem_xid8_near('1','1')}, 'ok:1' ] ],
 	'idem_xact_claims()' => [ [ q{SELECT count(*) FROM idem_xact_claims()}, 'ok:0' ] ],
 	'idem_publish(text,jsonb,text,text,jsonb,text,text,integer)' => [ [ q{SELECT idem_publish('t','{}',key=>'k')}, '42501' ] ],
+	'idem_publish_sql(text,jsonb,text,text,jsonb,text,text,integer)' => [ [ q{SELECT idem_publish_sql('t','{}',key=>'k')}, '42501' ] ],
 	'idem_outbox_topic(text,text,interval,boolean)' => [ [ q{SELECT idem_outbox_topic('t')}, '42501' ] ],
 	'idem_outbox_subscribe(text,text,boolean)' => [ [ q{SELECT idem_outbox_subscribe('c','t')}, '42501' ] ],
 	'idem_outbox_unsubscribe(text,text)' => [ [ q{SELECT idem_outbox_unsubscribe('c','t')}, '42501' ] ],

@@ -1,0 +1,58 @@
+/*-------------------------------------------------------------------------
+ *
+ * outbox.h
+ *	  idem_publish's fast path (outbox_publish.c) and its reads of the
+ *	  outbox's tables (outbox_read.c).
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef IDEM_OUTBOX_H
+#define IDEM_OUTBOX_H
+
+#include "utils/rel.h"
+#include "utils/snapshot.h"
+#include "utils/uuid.h"
+
+/* The columns of idem_outbox, in order, as the install and upgrade make them. */
+enum
+{
+	OB_ID, OB_TOPIC, OB_AGGREGATE, OB_TYPE, OB_PAYLOAD, OB_HEADERS, OB_SCOPE,
+	OB_KEY, OB_SEQ, OB_POSITION, OB_XACT_ID, OB_CREATED_AT, OB_PULLED, OB_NCOLUMNS
+};
+
+/* The tables the fast path opens, in the order it locks them. */
+enum
+{
+	T_OUTBOX, T_RECORDS, T_TOPICS, T_SUBSCRIPTIONS, NTABLES
+};
+
+/* What the fast path reads and writes: the arguments, tables and indexes. */
+typedef struct OutboxWrite
+{
+	text	   *topic;
+	text	   *key;			/* given, or the claim's found */
+	text	   *aggregate;
+	text	   *scope;			/* given, or the claim's found */
+	int32		seq;
+	bool		pull;			/* the topic's setting */
+	Relation	rels[NTABLES];
+	Oid			seq_oid;		/* idem_outbox's position sequence */
+	Oid			idx_pkey;		/* idem_outbox (id) */
+	Oid			idx_expires;	/* idem_records (expires_at) */
+	Oid			idx_records_pkey;	/* idem_records (scope, key) */
+	Oid			idx_topics;		/* idem_outbox_topics (topic) */
+	Oid			idx_subs;		/* idem_outbox_subscriptions (topic) */
+	AttrNumber	t_topic;		/* idem_outbox_topics.topic */
+	AttrNumber	t_relay;
+	AttrNumber	t_pull;
+	AttrNumber	s_topic;		/* idem_outbox_subscriptions.topic */
+} OutboxWrite;
+
+extern void idem_outbox_read_init(void);
+extern bool idem_outbox_open(Oid nsp, OutboxWrite *p);
+extern void idem_outbox_close(OutboxWrite *p);
+extern AttrNumber idem_outbox_att(Relation rel, int c);
+extern bool idem_outbox_unordered_claim(OutboxWrite *p, Snapshot snap);
+extern bool idem_outbox_id_taken(OutboxWrite *p, Snapshot snap, pg_uuid_t *id);
+
+#endif							/* IDEM_OUTBOX_H */

@@ -1,0 +1,160 @@
+-- idem_publish's fast path (src/outbox_publish.c): which publications take
+-- it, which it leaves to idem_publish_sql, and that both write the same
+-- message.  Whether the SQL body ran is read from
+-- pg_stat_xact_user_functions (track_functions = pl): "sql" is its calls
+-- in the transaction, 0 for the fast path.
+SET idempotency.autocommit_claims = allow;
+\set SHOW_CONTEXT never
+\getenv abs_srcdir PG_ABS_SRCDIR
+\set try_sql :abs_srcdir '/helpers/try.sql'
+\i :try_sql
+SET idem_test.try_detail = on;
+SET track_functions = pl;
+TRUNCATE idem_outbox, idem_outbox_topics, idem_outbox_subscriptions, idem_outbox_runs, idem_outbox_aggregates;
+DELETE FROM idem_records WHERE scope LIKE 'od-%';
+SELECT idem_outbox_topic('od-relay', pull => false);
+
+CREATE FUNCTION pg_temp.sql_calls() RETURNS bigint LANGUAGE sql AS $$
+    SELECT COALESCE(sum(calls), 0) FROM pg_stat_xact_user_functions WHERE funcname = 'idem_publish_sql'
+$$;
+
+-- Every published row against what idem_publish_sql would write: the id
+-- from idem_outbox_id, the claim, the transaction and its start.
+CREATE TABLE pg_temp.seen (id uuid, xact xid8, started timestamptz, path text);
+CREATE FUNCTION pg_temp.publish(path text, topic text, aggregate text DEFAULT NULL,
+                                scope text DEFAULT NULL, key text DEFAULT NULL, seq int DEFAULT 0)
+RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    id uuid;
+    calls bigint := pg_temp.sql_calls();
+BEGIN
+    id := idem_publish(topic, jsonb_build_object('n', 1), key => key, aggregate => aggregate,
+                       headers => jsonb_build_object('h', 'v'), scope => scope, type => 'T', seq => seq);
+    INSERT INTO pg_temp.seen VALUES (id, pg_current_xact_id(), now(), path);
+    RETURN CASE WHEN pg_temp.sql_calls() > calls THEN 'sql' ELSE 'fast' END;
+END
+$$;
+
+--------------------------------------------------------------------------
+-- Taken: the transaction's one claim, or a named one, to a topic without
+-- order (no aggregate, or pull => false) and without a group.
+--------------------------------------------------------------------------
+BEGIN;
+SELECT idem_claim('od-a', 'k1');
+SELECT pg_temp.publish('pull false, aggregate', 'od-relay', 'acct-1');
+COMMIT;
+BEGIN;
+SELECT idem_claim('od-a', 'k2');
+SELECT pg_temp.publish('default topic, no aggregate', 'od-plain');
+COMMIT;
+BEGIN;
+SELECT idem_claim('od-a', 'k3'), idem_claim('od-b', 'k3');
+SELECT pg_temp.publish('named claim', 'od-relay', 'acct-1', 'od-b', 'k3');
+SELECT pg_temp.publish('named claim, seq 1', 'od-relay', 'acct-1', 'od-b', 'k3', 1);
+COMMIT;
+-- Not ASCII: the id is hashed from UTF-8 with lengths in characters.
+BEGIN;
+SELECT idem_claim('od-ü', 'ключ-4');
+SELECT pg_temp.publish('multibyte', 'od-relay', 'счёт');
+COMMIT;
+-- A claim made in the same statement is seen.
+BEGIN;
+SELECT idem_claim('od-a', 'k5') AND pg_temp.publish('same statement', 'od-relay', 'acct-2') = 'fast' AS fast;
+COMMIT;
+
+--------------------------------------------------------------------------
+-- Left to idem_publish_sql: order, groups, explicit keys, and every error
+-- (the fast path raises none: it declines, and the body reports).
+--------------------------------------------------------------------------
+BEGIN;
+SELECT idem_claim('od-a', 'k6');
+SELECT pg_temp.publish('pulled topic, aggregate (the lock)', 'od-plain', 'acct-1');
+COMMIT;
+SELECT idem_outbox_subscribe('od-group', 'od-plain');
+BEGIN;
+SELECT idem_claim('od-a', 'k7');
+SELECT pg_temp.publish('a group, no aggregate (its run)', 'od-plain');
+COMMIT;
+SELECT count(*) AS runs FROM idem_outbox_runs WHERE consumer = 'od-group' AND lone IS NOT NULL;
+BEGIN;
+SELECT pg_temp.publish('explicit key', 'od-relay', 'acct-1', key => 'explicit-1');
+COMMIT;
+BEGIN;
+SELECT idem_claim('od-a', 'k8');
+SELECT pg_temp.publish('first', 'od-relay', 'acct-1');
+SELECT pg_temp.try($$SELECT idem_publish('od-relay', '{}', aggregate => 'acct-1')$$) AS again;
+COMMIT;
+BEGIN;
+SELECT pg_temp.try($$SELECT idem_publish('od-relay', '{}', aggregate => 'acct-1')$$) AS no_claim;
+SELECT idem_claim('od-a', 'k9'), idem_claim('od-a', 'k10');
+SELECT pg_temp.try($$SELECT idem_publish('od-relay', '{}', aggregate => 'acct-1')$$) AS two_claims;
+SELECT pg_temp.try($$SELECT idem_publish('od-relay', '{}', scope => 'od-a', key => 'k1')$$) AS not_this_transactions;
+SELECT pg_temp.try($$SELECT idem_publish('od-relay', '{}', headers => '[1]')$$) AS bad_headers;
+ROLLBACK;
+-- A claim with a ttl of its own is not found, by either path.
+BEGIN;
+SELECT idem_claim('od-a', 'k11', ttl => '1 hour');
+SELECT pg_temp.try($$SELECT idem_publish('od-relay', '{}')$$) AS own_ttl;
+ROLLBACK;
+-- REPEATABLE READ, and the setting off.
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+SELECT idem_claim('od-a', 'k12');
+SELECT pg_temp.publish('repeatable read', 'od-relay', 'acct-1');
+COMMIT;
+SET idempotency.direct_publish = off;
+BEGIN;
+SELECT idem_claim('od-a', 'k13');
+SELECT pg_temp.publish('direct_publish off', 'od-relay', 'acct-1');
+COMMIT;
+RESET idempotency.direct_publish;
+-- A trigger a DBA put on idem_outbox runs: the SQL body's INSERT fires it.
+CREATE TABLE pg_temp.fired (id uuid);
+CREATE FUNCTION pg_temp.note() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN INSERT INTO pg_temp.fired VALUES (NEW.id); RETURN NEW; END $$;
+CREATE TRIGGER od_note AFTER INSERT ON idem_outbox FOR EACH ROW EXECUTE FUNCTION pg_temp.note();
+BEGIN;
+SELECT idem_claim('od-a', 'k14');
+SELECT pg_temp.publish('a trigger on idem_outbox', 'od-relay', 'acct-1');
+COMMIT;
+DROP TRIGGER od_note ON idem_outbox;
+SELECT count(*) AS fired FROM pg_temp.fired;
+BEGIN;
+SELECT idem_claim('od-a', 'k15');
+SELECT pg_temp.publish('trigger dropped', 'od-relay', 'acct-1');
+COMMIT;
+-- Row-level security applies to a role that is not the owner: the body
+-- (its policies) decides.
+CREATE ROLE od_app;
+GRANT USAGE ON SCHEMA public TO od_app;
+GRANT SELECT, INSERT ON idem_outbox TO od_app;
+GRANT SELECT ON idem_records, idem_outbox_subscriptions TO od_app;
+GRANT INSERT, UPDATE ON idem_records TO od_app;
+SELECT idem_outbox_grant('od_app', 'publish', 'od-relay');
+SET ROLE od_app;
+BEGIN;
+SELECT idem_claim('od-a', 'k16');
+SELECT idem_publish('od-relay', '{}', aggregate => 'acct-1') = idem_outbox_id('od-relay', 'k16', 'od-a') AS published;
+COMMIT;
+SELECT pg_temp.try($$SELECT idem_claim('od-a', 'k17') AND idem_publish('od-other', '{}') IS NOT NULL$$) AS other_topic;
+RESET ROLE;
+
+--------------------------------------------------------------------------
+-- Both paths wrote the same rows: every column as idem_publish_sql's.
+--------------------------------------------------------------------------
+SELECT s.path, o.topic, o.aggregate, o.scope, o.key, o.seq, o.pulled,
+       o.id = idem_outbox_id(o.topic, o.key, o.scope, o.seq) AS id_ok,
+       o.type = 'T' AND o.payload = '{"n": 1}' AND o.headers = '{"h": "v"}' AS body_ok,
+       o.xact_id = s.xact AND o.created_at = s.started AS xact_ok,
+       o.pulled = (o.aggregate IS NULL OR t.pull IS NOT FALSE) AS pulled_ok
+FROM pg_temp.seen s JOIN idem_outbox o USING (id)
+LEFT JOIN idem_outbox_topics t ON t.topic = o.topic
+ORDER BY o.position;
+-- Positions keep the order of publication across both paths.
+SELECT bool_and(ordered) AS positions_ordered FROM (
+    SELECT position > lag(position, 1, 0::bigint) OVER (ORDER BY xact_id, seq) AS ordered FROM idem_outbox) x;
+SELECT count(*) AS messages, count(*) FILTER (WHERE pulled) AS pulled FROM idem_outbox;
+
+DROP OWNED BY od_app;
+DROP ROLE od_app;
+TRUNCATE idem_outbox, idem_outbox_topics, idem_outbox_subscriptions, idem_outbox_runs, idem_outbox_aggregates;
+DELETE FROM idem_records WHERE scope LIKE 'od-%';

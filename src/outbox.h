@@ -23,7 +23,7 @@ enum
 /* The tables the fast path opens, in the order it locks them. */
 enum
 {
-	T_OUTBOX, T_RECORDS, T_TOPICS, T_SUBSCRIPTIONS, NTABLES
+	T_OUTBOX, T_TOPICS, T_RECORDS, T_SUBSCRIPTIONS, NTABLES
 };
 
 /* What the fast path reads and writes: the arguments, tables and indexes. */
@@ -49,9 +49,11 @@ typedef struct OutboxWrite
 } OutboxWrite;
 
 extern void idem_outbox_read_init(void);
-extern bool idem_outbox_open(Oid nsp, OutboxWrite *p);
+extern bool idem_outbox_open_topic(Oid nsp, OutboxWrite *p);
+extern bool idem_outbox_open_rest(Oid nsp, OutboxWrite *p);
 extern void idem_outbox_close(OutboxWrite *p);
 extern AttrNumber idem_outbox_att(Relation rel, int c);
+extern bool idem_outbox_topic_unordered(OutboxWrite *p, Snapshot snap);
 extern bool idem_outbox_unordered_claim(OutboxWrite *p, Snapshot snap);
 extern bool idem_outbox_id_taken(OutboxWrite *p, Snapshot snap, pg_uuid_t *id);
 

@@ -19,9 +19,9 @@
  *	  where outbox_read.c declines (row-level security, privileges, a table
  *	  or index not as installed, Citus).
  *
- *	  Locking: the tables as the body's statements lock them (outbox_read.c),
- *	  then one snapshot for every read, taken after the locks as an INSERT's
- *	  own is: a publisher that reads a topic as not pulled writes before the
+ *	  Locking: the tables as the body's statements lock them (outbox_read.c);
+ *	  one snapshot for every read, taken after idem_outbox's lock as an
+ *	  INSERT's own is: a publisher that reads a topic as not pulled writes before the
  *	  owner's idem_outbox_topic(pull => true) commits, or sees it.  The id's
  *	  unique index waits for a concurrent writer of the same id, as a plain
  *	  INSERT does.  The insertion runs the executor's permission check (so
@@ -367,12 +367,14 @@ publish_fast(FunctionCallInfo fcinfo, Oid nsp, Datum *result)
 	memset(&p, 0, sizeof(p));
 	if (!read_args(fcinfo, &p))
 		return false;
-	if (idem_outbox_open(nsp, &p))
+	if (idem_outbox_open_topic(nsp, &p))
 	{
-		/* One snapshot for every read, after the locks (see the header). */
+		/* One snapshot for every read, after idem_outbox's lock (header). */
 		CommandCounterIncrement();
 		PushActiveSnapshot(GetTransactionSnapshot());
-		if (idem_outbox_unordered_claim(&p, GetActiveSnapshot()))
+		if (idem_outbox_topic_unordered(&p, GetActiveSnapshot()) &&
+			idem_outbox_open_rest(nsp, &p) &&
+			idem_outbox_unordered_claim(&p, GetActiveSnapshot()))
 		{
 			id = message_id(p.topic, p.key, p.scope, p.seq);
 			ok = !idem_outbox_id_taken(&p, GetActiveSnapshot(), id) && insert_message(fcinfo, &p, id);

@@ -7,9 +7,9 @@
  *	  test the SQL body (idem_publish_sql) makes, or none (then it declines).
  *
  *	  Locking: RowExclusiveLock on idem_outbox first, then AccessShareLock on
- *	  idem_records, idem_outbox_topics and idem_outbox_subscriptions and on
- *	  the indexes read, each to transaction end, as the body's statements
- *	  take them.  Every table is opened by OID and checked for its name,
+ *	  idem_outbox_topics (the caller takes its snapshot and reads the topic),
+ *	  then on idem_records and idem_outbox_subscriptions, and on the indexes
+ *	  read, each to transaction end, as the body's statements take them.  Every table is opened by OID and checked for its name,
  *	  schema and kind after the lock; each index for its table, columns and
  *	  access method.  Row-level security that applies to the caller, or a
  *	  missing SELECT, makes the open decline.
@@ -73,7 +73,7 @@ static const struct
 };
 
 static const char *const table_names[NTABLES] = {
-	"idem_outbox", "idem_records", "idem_outbox_topics", "idem_outbox_subscriptions"
+	"idem_outbox", "idem_outbox_topics", "idem_records", "idem_outbox_subscriptions"
 };
 
 /*
@@ -352,20 +352,18 @@ text_probe(Relation rel, Oid index, AttrNumber att, Snapshot snap, text *value,
 }
 
 /*
- * Open the tables of schema nsp into p->rels, idem_outbox first, and check
- * what needs no snapshot: false (what was opened stays in p->rels, for
- * close_tables) when the fast path does not apply.
+ * Open tables first to last of schema nsp into p->rels (those that are NULL
+ * there), with the lock the body's statements take, checked for row-level
+ * security and SELECT: false when the fast path does not apply (what was
+ * opened stays in p->rels, for idem_outbox_close).
  */
 static bool
-open_tables(Oid nsp, OutboxWrite *p)
+open_tables(Oid nsp, OutboxWrite *p, int first, int last)
 {
-	if (cache_nsp != nsp)
+	for (int i = first; i <= last; i++)
 	{
-		outbox_forget(InvalidOid);
-		cache_nsp = nsp;
-	}
-	for (int i = 0; i < NTABLES; i++)
-	{
+		if (p->rels[i] != NULL)
+			continue;
 		p->rels[i] = open_table(nsp, i, i == T_OUTBOX ? RowExclusiveLock : AccessShareLock);
 		if (p->rels[i] == NULL)
 			return false;
@@ -374,34 +372,70 @@ open_tables(Oid nsp, OutboxWrite *p)
 			 pg_class_aclcheck(RelationGetRelid(p->rels[i]), GetUserId(), ACL_SELECT) != ACLCHECK_OK))
 			return false;
 	}
-	if (!outbox_shape_ok(p->rels[T_OUTBOX], &p->seq_oid) || !idem_records_shape_ok(p->rels[T_RECORDS]))
-		return false;
-	if (!cache_citus_known)
-	{
-		bool		citus = idem_citus_table(RelationGetRelid(p->rels[T_OUTBOX])) ||
-			idem_citus_table(RelationGetRelid(p->rels[T_RECORDS]));
-
-		if (cache_nsp == nsp)
-		{
-			cache_citus = citus;
-			cache_citus_known = true;
-		}
-		return !citus;
-	}
-	return !cache_citus;
+	return true;
 }
 
-/* The columns and indexes the reads use, into p: false when one is amiss. */
+/* Does Citus manage idem_outbox or idem_records?  (Cached per schema.) */
 static bool
-find_indexes(Oid nsp, OutboxWrite *p)
+citus_managed(Oid nsp, OutboxWrite *p)
 {
-	AttrNumber	cols[2];
+	bool		citus;
 
+	if (cache_citus_known)
+		return cache_citus;
+	citus = idem_citus_table(RelationGetRelid(p->rels[T_OUTBOX])) ||
+		idem_citus_table(RelationGetRelid(p->rels[T_RECORDS]));
+	if (cache_nsp == nsp)
+	{
+		cache_citus = citus;
+		cache_citus_known = true;
+	}
+	return citus;
+}
+
+/*
+ * Open what the look at the topic needs, of schema nsp, into p: idem_outbox
+ * first (its lock before any snapshot), then idem_outbox_topics and its
+ * primary key.  False when the fast path does not apply (what was opened is
+ * in p->rels, for idem_outbox_close).
+ */
+bool
+idem_outbox_open_topic(Oid nsp, OutboxWrite *p)
+{
+	if (cache_nsp != nsp)
+	{
+		outbox_forget(InvalidOid);
+		cache_nsp = nsp;
+	}
+	if (!open_tables(nsp, p, T_OUTBOX, T_TOPICS))
+		return false;
 	p->t_topic = column(p->rels[T_TOPICS], "topic", TEXTOID);
 	p->t_relay = column(p->rels[T_TOPICS], "relay", TEXTOID);
 	p->t_pull = column(p->rels[T_TOPICS], "pull", BOOLOID);
+	if (!p->t_topic || !p->t_relay || !p->t_pull)
+		return false;
+	p->idx_topics = checked_index(p->rels[T_TOPICS], nsp, "idem_outbox_topics_pkey", &p->t_topic, 1);
+	return OidIsValid(p->idx_topics);
+}
+
+/*
+ * Open and check the rest, after idem_outbox_open_topic: idem_records and
+ * idem_outbox_subscriptions (AccessShareLock: it conflicts with neither
+ * idem_outbox_topic's lock nor a subscription's, so taking it after the
+ * snapshot changes nothing the reads see), the shapes, Citus, the indexes.
+ */
+bool
+idem_outbox_open_rest(Oid nsp, OutboxWrite *p)
+{
+	AttrNumber	cols[2];
+
+	if (!open_tables(nsp, p, T_RECORDS, T_SUBSCRIPTIONS) ||
+		!outbox_shape_ok(p->rels[T_OUTBOX], &p->seq_oid) ||
+		!idem_records_shape_ok(p->rels[T_RECORDS]) ||
+		citus_managed(nsp, p))
+		return false;
 	p->s_topic = column(p->rels[T_SUBSCRIPTIONS], "topic", TEXTOID);
-	if (!p->t_topic || !p->t_relay || !p->t_pull || !p->s_topic)
+	if (!p->s_topic)
 		return false;
 	cols[0] = idem_outbox_att(p->rels[T_OUTBOX], OB_ID);
 	p->idx_pkey = checked_index(p->rels[T_OUTBOX], nsp, "idem_outbox_pkey", cols, 1);
@@ -410,29 +444,23 @@ find_indexes(Oid nsp, OutboxWrite *p)
 	cols[0] = IDEM_COL_SCOPE;
 	cols[1] = IDEM_COL_KEY;
 	p->idx_records_pkey = checked_index(p->rels[T_RECORDS], nsp, "idem_records_pkey", cols, 2);
-	p->idx_topics = checked_index(p->rels[T_TOPICS], nsp, "idem_outbox_topics_pkey", &p->t_topic, 1);
 	p->idx_subs = checked_index(p->rels[T_SUBSCRIPTIONS], nsp,
 								"idem_outbox_subscriptions_topic_idx", &p->s_topic, 1);
 	return OidIsValid(p->idx_pkey) && OidIsValid(p->idx_expires) &&
-		OidIsValid(p->idx_records_pkey) && OidIsValid(p->idx_topics) && OidIsValid(p->idx_subs);
+		OidIsValid(p->idx_records_pkey) && OidIsValid(p->idx_subs);
 }
 
 /*
- * Under snap: is the claim this transaction's (found: into p->scope and
- * p->key), the topic relayed by the table only (its pull into p->pull),
- * without order for this message and without a group?
+ * Under snap: is the topic relayed by the table only (its pull into
+ * p->pull) and without order for this message?  Looked at first: it is
+ * what declines most often (an aggregate of a pulled topic, the default).
  */
 bool
-idem_outbox_unordered_claim(OutboxWrite *p, Snapshot snap)
+idem_outbox_topic_unordered(OutboxWrite *p, Snapshot snap)
 {
 	SysScanDesc scan;
 	HeapTuple	tup;
 	bool		ok = true;
-
-	if (p->scope != NULL
-		? !named_claim(p->rels[T_RECORDS], p->idx_records_pkey, snap, p->scope, p->key)
-		: !found_claim(p->rels[T_RECORDS], p->idx_expires, snap, &p->scope, &p->key))
-		return false;
 
 	p->pull = true;				/* a topic without a row: table, pull */
 	tup = text_probe(p->rels[T_TOPICS], p->idx_topics, p->t_topic, snap, p->topic, &scan);
@@ -448,13 +476,28 @@ idem_outbox_unordered_claim(OutboxWrite *p, Snapshot snap)
 		p->pull = ok && DatumGetBool(pull);
 	}
 	systable_endscan(scan);
-	if (!ok || (p->aggregate != NULL && p->pull))
-		return false;			/* a logical message, or the aggregate's lock */
+	/* Not a logical message, nor the aggregate's lock. */
+	return ok && (p->aggregate == NULL || !p->pull);
+}
 
-	tup = text_probe(p->rels[T_SUBSCRIPTIONS], p->idx_subs, p->s_topic, snap, p->topic, &scan);
-	ok = tup == NULL;			/* a group: its runs are the body's */
+/*
+ * Under snap, after idem_outbox_topic_unordered and idem_outbox_open_rest:
+ * does no group read the topic, and is the claim this transaction's
+ * (found: into p->scope and p->key)?
+ */
+bool
+idem_outbox_unordered_claim(OutboxWrite *p, Snapshot snap)
+{
+	SysScanDesc scan;
+	bool		ok;
+
+	ok = text_probe(p->rels[T_SUBSCRIPTIONS], p->idx_subs, p->s_topic, snap, p->topic, &scan) == NULL;
 	systable_endscan(scan);
-	return ok;
+	if (!ok)
+		return false;			/* a group: its runs are the body's */
+	return p->scope != NULL
+		? named_claim(p->rels[T_RECORDS], p->idx_records_pkey, snap, p->scope, p->key)
+		: found_claim(p->rels[T_RECORDS], p->idx_expires, snap, &p->scope, &p->key);
 }
 
 /* Is there a message id under snap?  (ID021, or a duplicate: the body's.) */
@@ -473,18 +516,7 @@ idem_outbox_id_taken(OutboxWrite *p, Snapshot snap, pg_uuid_t *id)
 	return taken;
 }
 
-/*
- * Open and check what the fast path reads and writes, of schema nsp, into
- * p: false when it does not apply (what was opened is in p->rels, for
- * idem_outbox_close).
- */
-bool
-idem_outbox_open(Oid nsp, OutboxWrite *p)
-{
-	return open_tables(nsp, p) && find_indexes(nsp, p);
-}
-
-/* Close what idem_outbox_open opened; the locks stay. */
+/* Close what idem_outbox_open_topic and _rest opened; the locks stay. */
 void
 idem_outbox_close(OutboxWrite *p)
 {

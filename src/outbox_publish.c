@@ -109,7 +109,6 @@ idem_publish_init(void)
 	idem_outbox_read_init();
 }
 
-
 /*
  * idem_publish(topic, payload, key, aggregate, headers, scope, type, seq):
  * the fast path, or the SQL body.
@@ -183,15 +182,6 @@ arg_len(FunctionCallInfo fcinfo, int argno, text **out)
 	return VARSIZE_ANY_EXHDR(*out);
 }
 
-
-
-
-
-
-
-
-
-
 /*
  * The message id: idem_outbox_id(topic, key, scope, seq), the SHA-256 of
  * the same string, made in the database encoding and converted to UTF-8.
@@ -235,7 +225,6 @@ message_id(text *topic, text *key, text *scope, int32 seq)
 static bool
 read_args(FunctionCallInfo fcinfo, OutboxWrite *p)
 {
-	text	   *type;
 	int			len;
 
 	if (!direct_publish || IsolationUsesXactSnapshot() || XactReadOnly ||
@@ -255,15 +244,10 @@ read_args(FunctionCallInfo fcinfo, OutboxWrite *p)
 	len = arg_len(fcinfo, ARG_SCOPE, &p->scope);
 	if (len > 128 || (p->scope != NULL) != (p->key != NULL))
 		return false;			/* an explicit key, or scope without key */
-	(void) arg_len(fcinfo, ARG_TYPE, &type);
 	if (PG_ARGISNULL(ARG_SEQ) || (p->seq = PG_GETARG_INT32(ARG_SEQ)) < 0)
 		return false;
 	return true;
 }
-
-
-
-
 
 /* The message's values, in outbox_columns order. */
 static void

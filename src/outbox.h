@@ -34,6 +34,7 @@ typedef struct OutboxWrite
 	text	   *aggregate;
 	text	   *scope;			/* given, or the claim's found */
 	int32		seq;
+	bool		explicit_key;	/* key without scope: no claim, ON CONFLICT */
 	bool		pull;			/* the topic's setting */
 	Relation	rels[NTABLES];
 	Oid			seq_oid;		/* idem_outbox's position sequence */

@@ -2,37 +2,39 @@
  *
  * outbox_publish.c
  *	  idem_publish in the C edition: a fast path for the common publication
- *	  (a message of this transaction's claim to a topic no consumer group
- *	  reads in order) that writes the message without SPI, and otherwise the
- *	  shared SQL body, idem_publish_sql, called with the same arguments.
+ *	  (to a topic no consumer group reads in order) that writes the message
+ *	  without SPI, and otherwise the shared SQL body, idem_publish_sql,
+ *	  called with the same arguments.
  *
  *	  Rule: the fast path writes what idem_publish_sql would write, or
- *	  declines before it has written anything; every error of a publication
+ *	  declines having written nothing visible; every error of a publication
  *	  is the body's.  It takes a message bound to the one claim this
- *	  transaction holds with the default ttl, or to a claim named by scope =>
- *	  and key =>, to a topic relayed through the table only, with no
- *	  aggregate or with pull => false, that no group reads, and whose id is
- *	  not in the table yet (outbox_read.c reads all of that as the body does).
- *	  It declines when idempotency.direct_publish is off; under REPEATABLE
- *	  READ or SERIALIZABLE; in a read-only transaction or one without a
- *	  transaction id; for an explicit key (ON CONFLICT is the body's); and
- *	  where outbox_read.c declines (row-level security, privileges, a table
- *	  or index not as installed, Citus).
+ *	  transaction holds with the default ttl, to a claim named by scope =>
+ *	  and key =>, or to an explicit key, to a topic relayed through the table
+ *	  only, with no aggregate or with pull => false, that no group reads
+ *	  (outbox_read.c reads all of that as the body does), and whose id is not
+ *	  taken.  It declines when idempotency.direct_publish is off; under
+ *	  REPEATABLE READ or SERIALIZABLE; in a read-only transaction; for a
+ *	  claim without a transaction id (there is none); and where
+ *	  outbox_read.c declines (row-level security, privileges, a table or
+ *	  index not as installed, Citus).
  *
  *	  Locking: the tables as the body's statements lock them (outbox_read.c);
  *	  one snapshot for every read, taken after idem_outbox's lock as an
- *	  INSERT's own is: a publisher that reads a topic as not pulled writes before the
- *	  owner's idem_outbox_topic(pull => true) commits, or sees it.  The id's
- *	  unique index waits for a concurrent writer of the same id, as a plain
- *	  INSERT does.  The insertion runs the executor's permission check (so
- *	  ExecutorCheckPerms_hook sees an INSERT), NOT NULL and CHECK
- *	  constraints; a trigger or rule on idem_outbox makes it decline.
+ *	  INSERT's own is: a publisher that reads a topic as not pulled writes
+ *	  before the owner's idem_outbox_topic(pull => true) commits, or sees it.
+ *	  A claim's id is looked for under that snapshot, then inserted plainly
+ *	  (no other transaction can publish it); an explicit key's as ON CONFLICT
+ *	  DO NOTHING does (a probe that waits for a writer of the id, then a
+ *	  speculative insertion), declining when the id is taken.  The insertion
+ *	  runs the executor's permission check (so ExecutorCheckPerms_hook sees
+ *	  an INSERT), NOT NULL and CHECK constraints; a trigger or rule on
+ *	  idem_outbox makes it decline.
  *	  Visibility: a CommandCounterIncrement first, as SPI makes before a
  *	  statement, so a claim written earlier in the same statement is seen;
  *	  the message carries the current command id, marked used.  Memory: a
- *	  private executor state, freed before returning; the rest in the
- *	  caller's per-call context.  The body's calls are counted as the
- *	  executor counts a function call (pg_stat_user_functions).
+ *	  private executor state, freed before returning; the rest per call.
+ *	  The body's calls count as the executor counts a function call.
  *
  *-------------------------------------------------------------------------
  */
@@ -56,6 +58,7 @@
 #include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "pgstat.h"
+#include "storage/lmgr.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
@@ -227,8 +230,7 @@ read_args(FunctionCallInfo fcinfo, OutboxWrite *p)
 {
 	int			len;
 
-	if (!direct_publish || IsolationUsesXactSnapshot() || XactReadOnly ||
-		!FullTransactionIdIsValid(GetTopFullTransactionIdIfAny()))
+	if (!direct_publish || IsolationUsesXactSnapshot() || XactReadOnly)
 		return false;
 	len = arg_len(fcinfo, ARG_TOPIC, &p->topic);
 	if (len < 1 || len > 128)
@@ -242,8 +244,12 @@ read_args(FunctionCallInfo fcinfo, OutboxWrite *p)
 	if (!PG_ARGISNULL(ARG_HEADERS) && !JB_ROOT_IS_OBJECT(PG_GETARG_JSONB_P(ARG_HEADERS)))
 		return false;
 	len = arg_len(fcinfo, ARG_SCOPE, &p->scope);
-	if (len > 128 || (p->scope != NULL) != (p->key != NULL))
-		return false;			/* an explicit key, or scope without key */
+	if (len > 128 || (p->scope != NULL && p->key == NULL))
+		return false;
+	p->explicit_key = p->scope == NULL && p->key != NULL;
+	/* Without a transaction id, this transaction holds no claim. */
+	if (!p->explicit_key && !FullTransactionIdIsValid(GetTopFullTransactionIdIfAny()))
+		return false;
 	if (PG_ARGISNULL(ARG_SEQ) || (p->seq = PG_GETARG_INT32(ARG_SEQ)) < 0)
 		return false;
 	return true;
@@ -270,16 +276,47 @@ message_values(FunctionCallInfo fcinfo, OutboxWrite *p, pg_uuid_t *id,
 	for (int c = 0; c < OB_NCOLUMNS; c++)
 		nulls[c] = false;
 	nulls[OB_AGGREGATE] = p->aggregate == NULL;
+	nulls[OB_SCOPE] = p->scope == NULL;	/* an explicit key */
 	nulls[OB_TYPE] = PG_ARGISNULL(ARG_TYPE);
 	nulls[OB_PAYLOAD] = PG_ARGISNULL(ARG_PAYLOAD);
 	nulls[OB_HEADERS] = PG_ARGISNULL(ARG_HEADERS);
 }
 
 /*
+ * INSERT ... ON CONFLICT (id) DO NOTHING of the message in slot, as
+ * ExecInsert runs it: a probe of the primary key (pkey) that waits for an
+ * in-progress writer of the id, then a speculative insertion.  False when
+ * the id is taken, found by the probe or by the insertion (whose tuple is
+ * then dead): the body then runs the same statement, and reports.
+ */
+static bool
+insert_speculative(ResultRelInfo *rri, TupleTableSlot *slot, EState *estate, Oid pkey)
+{
+	List	   *arbiters = list_make1_oid(pkey);
+	ItemPointerData conflict;
+	bool		spec_conflict = false;
+	uint32		token;
+	List	   *recheck;
+
+	if (!idem_exec_check_index_constraints(rri, slot, estate, &conflict, arbiters))
+		return false;
+	token = SpeculativeInsertionLockAcquire(GetCurrentTransactionId());
+	table_tuple_insert_speculative(rri->ri_RelationDesc, slot, estate->es_output_cid, 0, NULL, token);
+	recheck = IDEM_EXEC_INSERT_INDEX_TUPLES(rri, slot, estate, &spec_conflict, arbiters);
+	table_tuple_complete_speculative(rri->ri_RelationDesc, slot, token, !spec_conflict);
+	SpeculativeInsertionLockRelease(GetCurrentTransactionId());
+	if (!spec_conflict && recheck != NIL)
+		elog(ERROR, "idempotency: unexpected deferred index constraint on idem_outbox");
+	return !spec_conflict;
+}
+
+/*
  * Insert the message as an INSERT does: the executor's permission check,
  * NOT NULL and CHECK constraints, the heap tuple and its index entries
- * (the unique id waits for a concurrent writer of it, then 23505).  False,
- * having written nothing, when the permission check says no.
+ * (the unique id waits for a concurrent writer of it, then 23505; an
+ * explicit key's, as ON CONFLICT DO NOTHING).  False, having written
+ * nothing visible, when the permission check says no or an explicit key's
+ * id is taken.
  */
 static bool
 insert_message(FunctionCallInfo fcinfo, OutboxWrite *p, pg_uuid_t *id)
@@ -293,6 +330,7 @@ insert_message(FunctionCallInfo fcinfo, OutboxWrite *p, pg_uuid_t *id)
 	TupleTableSlot *slot;
 	Datum		values[OB_NCOLUMNS];
 	bool		nulls[OB_NCOLUMNS];
+	bool		inserted = true;
 
 	for (int c = 0; c < OB_NCOLUMNS; c++)
 	{
@@ -310,7 +348,7 @@ insert_message(FunctionCallInfo fcinfo, OutboxWrite *p, pg_uuid_t *id)
 	}
 	rri = makeNode(ResultRelInfo);
 	InitResultRelInfo(rri, rel, 1, NULL, 0);
-	ExecOpenIndices(rri, false);
+	ExecOpenIndices(rri, p->explicit_key);
 	slot = table_slot_create(rel, &estate->es_tupleTable);
 
 	message_values(fcinfo, p, id, values, nulls);
@@ -327,14 +365,19 @@ insert_message(FunctionCallInfo fcinfo, OutboxWrite *p, pg_uuid_t *id)
 	if (rel->rd_att->constr != NULL)
 		ExecConstraints(rri, slot, estate);
 	estate->es_output_cid = GetCurrentCommandId(true);
-	table_tuple_insert(rel, slot, estate->es_output_cid, 0, NULL);
-	if (IDEM_EXEC_INSERT_INDEX_TUPLES_PLAIN(rri, slot, estate) != NIL)
-		elog(ERROR, "idempotency: unexpected deferred index constraint on idem_outbox");
+	if (p->explicit_key)
+		inserted = insert_speculative(rri, slot, estate, p->idx_pkey);
+	else
+	{
+		table_tuple_insert(rel, slot, estate->es_output_cid, 0, NULL);
+		if (IDEM_EXEC_INSERT_INDEX_TUPLES_PLAIN(rri, slot, estate) != NIL)
+			elog(ERROR, "idempotency: unexpected deferred index constraint on idem_outbox");
+	}
 
 	ExecCloseIndices(rri);
 	ExecResetTupleTable(estate->es_tupleTable, false);
 	FreeExecutorState(estate);
-	return true;
+	return inserted;
 }
 
 /*
@@ -361,7 +404,9 @@ publish_fast(FunctionCallInfo fcinfo, Oid nsp, Datum *result)
 			idem_outbox_unordered_claim(&p, GetActiveSnapshot()))
 		{
 			id = message_id(p.topic, p.key, p.scope, p.seq);
-			ok = !idem_outbox_id_taken(&p, GetActiveSnapshot(), id) && insert_message(fcinfo, &p, id);
+			/* An explicit key is looked for by the insertion (ON CONFLICT). */
+			ok = (p.explicit_key || !idem_outbox_id_taken(&p, GetActiveSnapshot(), id)) &&
+				insert_message(fcinfo, &p, id);
 		}
 		PopActiveSnapshot();
 	}

@@ -483,7 +483,7 @@ idem_outbox_topic_unordered(OutboxWrite *p, Snapshot snap)
 /*
  * Under snap, after idem_outbox_topic_unordered and idem_outbox_open_rest:
  * does no group read the topic, and is the claim this transaction's
- * (found: into p->scope and p->key)?
+ * (found: into p->scope and p->key)?  An explicit key needs no claim.
  */
 bool
 idem_outbox_unordered_claim(OutboxWrite *p, Snapshot snap)
@@ -495,6 +495,8 @@ idem_outbox_unordered_claim(OutboxWrite *p, Snapshot snap)
 	systable_endscan(scan);
 	if (!ok)
 		return false;			/* a group: its runs are the body's */
+	if (p->explicit_key)
+		return true;
 	return p->scope != NULL
 		? named_claim(p->rels[T_RECORDS], p->idx_records_pkey, snap, p->scope, p->key)
 		: found_claim(p->rels[T_RECORDS], p->idx_expires, snap, &p->scope, &p->key);

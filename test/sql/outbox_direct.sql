@@ -36,8 +36,8 @@ END
 $$;
 
 --------------------------------------------------------------------------
--- Taken: the transaction's one claim, or a named one, to a topic without
--- order (no aggregate, or pull => false) and without a group.
+-- Taken: the transaction's one claim, a named one or an explicit key, to a
+-- topic without order (no aggregate, or pull => false) and without a group.
 --------------------------------------------------------------------------
 BEGIN;
 SELECT idem_claim('od-a', 'k1');
@@ -52,6 +52,12 @@ SELECT idem_claim('od-a', 'k3'), idem_claim('od-b', 'k3');
 SELECT pg_temp.publish('named claim', 'od-relay', 'acct-1', 'od-b', 'k3');
 SELECT pg_temp.publish('named claim, seq 1', 'od-relay', 'acct-1', 'od-b', 'k3', 1);
 COMMIT;
+-- An explicit key needs no claim (nor a transaction id); published again,
+-- by a later transaction, it is the body's NULL.
+BEGIN;
+SELECT pg_temp.publish('explicit key', 'od-relay', 'acct-1', key => 'explicit-1');
+COMMIT;
+SELECT pg_temp.try($$SELECT idem_publish('od-relay', '{}', key => 'explicit-1')$$) AS explicit_again;
 -- Not ASCII: the id is hashed from UTF-8 with lengths in characters.
 BEGIN;
 SELECT idem_claim('od-ü', 'ключ-4');
@@ -63,7 +69,7 @@ SELECT idem_claim('od-a', 'k5') AND pg_temp.publish('same statement', 'od-relay'
 COMMIT;
 
 --------------------------------------------------------------------------
--- Left to idem_publish_sql: order, groups, explicit keys, and every error
+-- Left to idem_publish_sql: order, groups, and every error
 -- (the fast path raises none: it declines, and the body reports).
 --------------------------------------------------------------------------
 BEGIN;
@@ -77,12 +83,11 @@ SELECT pg_temp.publish('a group, no aggregate (its run)', 'od-plain');
 COMMIT;
 SELECT count(*) AS runs FROM idem_outbox_runs WHERE consumer = 'od-group' AND lone IS NOT NULL;
 BEGIN;
-SELECT pg_temp.publish('explicit key', 'od-relay', 'acct-1', key => 'explicit-1');
-COMMIT;
-BEGIN;
 SELECT idem_claim('od-a', 'k8');
 SELECT pg_temp.publish('first', 'od-relay', 'acct-1');
 SELECT pg_temp.try($$SELECT idem_publish('od-relay', '{}', aggregate => 'acct-1')$$) AS again;
+SELECT pg_temp.try($$SELECT idem_publish('od-relay', '{}', key => 'explicit-2') IS NOT NULL$$) AS explicit_first,
+       pg_temp.try($$SELECT idem_publish('od-relay', '{}', key => 'explicit-2')$$) AS explicit_twice;
 COMMIT;
 BEGIN;
 SELECT pg_temp.try($$SELECT idem_publish('od-relay', '{}', aggregate => 'acct-1')$$) AS no_claim;

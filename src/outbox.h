@@ -1,14 +1,15 @@
 /*-------------------------------------------------------------------------
  *
  * outbox.h
- *	  idem_publish's fast path (outbox_publish.c) and its reads of the
- *	  outbox's tables (outbox_read.c).
+ *	  idem_publish's fast path (outbox_publish.c), its reads of the outbox's
+ *	  tables (outbox_read.c) and the aggregate's lock (outbox_order.c).
  *
  *-------------------------------------------------------------------------
  */
 #ifndef IDEM_OUTBOX_H
 #define IDEM_OUTBOX_H
 
+#include "nodes/execnodes.h"
 #include "utils/rel.h"
 #include "utils/snapshot.h"
 #include "utils/uuid.h"
@@ -23,7 +24,7 @@ enum
 /* The tables the fast path opens, in the order it locks them. */
 enum
 {
-	T_OUTBOX, T_TOPICS, T_RECORDS, T_SUBSCRIPTIONS, NTABLES
+	T_OUTBOX, T_TOPICS, T_RECORDS, T_SUBSCRIPTIONS, T_AGGREGATES, NTABLES
 };
 
 /* What the fast path reads and writes: the arguments, tables and indexes. */
@@ -36,6 +37,7 @@ typedef struct OutboxWrite
 	int32		seq;
 	bool		explicit_key;	/* key without scope: no claim, ON CONFLICT */
 	bool		pull;			/* the topic's setting */
+	bool		ordered;		/* an aggregate of a pulled topic: its lock */
 	Relation	rels[NTABLES];
 	Oid			seq_oid;		/* idem_outbox's position sequence */
 	Oid			idx_pkey;		/* idem_outbox (id) */
@@ -43,10 +45,13 @@ typedef struct OutboxWrite
 	Oid			idx_records_pkey;	/* idem_records (scope, key) */
 	Oid			idx_topics;		/* idem_outbox_topics (topic) */
 	Oid			idx_subs;		/* idem_outbox_subscriptions (topic) */
+	Oid			idx_aggregates;	/* idem_outbox_aggregates (topic, aggregate) */
 	AttrNumber	t_topic;		/* idem_outbox_topics.topic */
 	AttrNumber	t_relay;
 	AttrNumber	t_pull;
 	AttrNumber	s_topic;		/* idem_outbox_subscriptions.topic */
+	AttrNumber	a_topic;		/* idem_outbox_aggregates.topic */
+	AttrNumber	a_aggregate;
 } OutboxWrite;
 
 extern void idem_outbox_read_init(void);
@@ -54,8 +59,15 @@ extern bool idem_outbox_open_topic(Oid nsp, OutboxWrite *p);
 extern bool idem_outbox_open_rest(Oid nsp, OutboxWrite *p);
 extern void idem_outbox_close(OutboxWrite *p);
 extern AttrNumber idem_outbox_att(Relation rel, int c);
-extern bool idem_outbox_topic_unordered(OutboxWrite *p, Snapshot snap);
-extern bool idem_outbox_unordered_claim(OutboxWrite *p, Snapshot snap);
+extern bool idem_outbox_open_aggregates(Oid nsp, OutboxWrite *p);
+extern bool idem_outbox_topic_table(OutboxWrite *p, Snapshot snap);
+extern bool idem_outbox_no_group(OutboxWrite *p, Snapshot snap);
+extern bool idem_outbox_claim(OutboxWrite *p, Snapshot snap);
 extern bool idem_outbox_id_taken(OutboxWrite *p, Snapshot snap, pg_uuid_t *id);
+
+/* outbox_order.c */
+extern bool idem_outbox_lock_aggregate(OutboxWrite *p, Snapshot snap);
+extern bool idem_insert_speculative(ResultRelInfo *rri, TupleTableSlot *slot,
+									EState *estate, Oid index);
 
 #endif							/* IDEM_OUTBOX_H */

@@ -2,39 +2,36 @@
  *
  * outbox_publish.c
  *	  idem_publish in the C edition: a fast path for the common publication
- *	  (to a topic no consumer group reads in order) that writes the message
- *	  without SPI, and otherwise the shared SQL body, idem_publish_sql,
- *	  called with the same arguments.
+ *	  (to a topic no consumer group reads) that writes the message without
+ *	  SPI, and otherwise the shared SQL body, idem_publish_sql, called with
+ *	  the same arguments.
  *
  *	  Rule: the fast path writes what idem_publish_sql would write, or
- *	  declines having written nothing visible; every error of a publication
- *	  is the body's.  It takes a message bound to the one claim this
- *	  transaction holds with the default ttl, to a claim named by scope =>
- *	  and key =>, or to an explicit key, to a topic relayed through the table
- *	  only, with no aggregate or with pull => false, that no group reads
- *	  (outbox_read.c reads all of that as the body does), and whose id is not
- *	  taken.  It declines when idempotency.direct_publish is off; under
- *	  REPEATABLE READ or SERIALIZABLE; in a read-only transaction; for a
- *	  claim without a transaction id (there is none); and where
- *	  outbox_read.c declines (row-level security, privileges, a table or
- *	  index not as installed, Citus).
+ *	  declines having written nothing the body would not; every error of a
+ *	  publication is the body's.  It takes a message bound to the one claim
+ *	  this transaction holds with the default ttl, to a claim named by
+ *	  scope => and key =>, or to an explicit key, to a topic relayed through
+ *	  the table only that no group reads, and whose id is not taken; an
+ *	  aggregate of a pulled topic after the aggregate's lock (outbox_order.c).
+ *	  It declines when idempotency.direct_publish is off; under REPEATABLE
+ *	  READ or SERIALIZABLE; in a read-only transaction; for a claim without
+ *	  a transaction id (there is none); and where outbox_read.c declines
+ *	  (row-level security, privileges, a table or index not as installed).
  *
  *	  Locking: the tables as the body's statements lock them (outbox_read.c);
- *	  one snapshot for every read, taken after idem_outbox's lock as an
- *	  INSERT's own is: a publisher that reads a topic as not pulled writes
- *	  before the owner's idem_outbox_topic(pull => true) commits, or sees it.
- *	  A claim's id is looked for under that snapshot, then inserted plainly
- *	  (no other transaction can publish it); an explicit key's as ON CONFLICT
- *	  DO NOTHING does (a probe that waits for a writer of the id, then a
- *	  speculative insertion), declining when the id is taken.  The insertion
- *	  runs the executor's permission check (so ExecutorCheckPerms_hook sees
- *	  an INSERT), NOT NULL and CHECK constraints; a trigger or rule on
- *	  idem_outbox makes it decline.
- *	  Visibility: a CommandCounterIncrement first, as SPI makes before a
- *	  statement, so a claim written earlier in the same statement is seen;
- *	  the message carries the current command id, marked used.  Memory: a
- *	  private executor state, freed before returning; the rest per call.
- *	  The body's calls count as the executor counts a function call.
+ *	  a snapshot taken after idem_outbox's lock, as an INSERT's own is, and
+ *	  a new one after the aggregate's lock, as the body's INSERT takes it
+ *	  (the topic and its groups are read again).  A claim's id is looked for
+ *	  under it, then inserted plainly (no other transaction can publish it);
+ *	  an explicit key's as ON CONFLICT DO NOTHING does, declining when the
+ *	  id is taken.  The insertion runs the executor's permission check (so
+ *	  ExecutorCheckPerms_hook sees an INSERT), NOT NULL and CHECK
+ *	  constraints; a trigger or rule on idem_outbox makes it decline.
+ *	  Visibility: a CommandCounterIncrement before each snapshot, as SPI
+ *	  makes before a statement, so a claim written earlier in the same
+ *	  statement is seen; the message carries the current command id, marked
+ *	  used.  Memory: a private executor state, freed before returning; the
+ *	  rest per call.  The body's calls count as the executor counts a call.
  *
  *-------------------------------------------------------------------------
  */
@@ -283,34 +280,6 @@ message_values(FunctionCallInfo fcinfo, OutboxWrite *p, pg_uuid_t *id,
 }
 
 /*
- * INSERT ... ON CONFLICT (id) DO NOTHING of the message in slot, as
- * ExecInsert runs it: a probe of the primary key (pkey) that waits for an
- * in-progress writer of the id, then a speculative insertion.  False when
- * the id is taken, found by the probe or by the insertion (whose tuple is
- * then dead): the body then runs the same statement, and reports.
- */
-static bool
-insert_speculative(ResultRelInfo *rri, TupleTableSlot *slot, EState *estate, Oid pkey)
-{
-	List	   *arbiters = list_make1_oid(pkey);
-	ItemPointerData conflict;
-	bool		spec_conflict = false;
-	uint32		token;
-	List	   *recheck;
-
-	if (!idem_exec_check_index_constraints(rri, slot, estate, &conflict, arbiters))
-		return false;
-	token = SpeculativeInsertionLockAcquire(GetCurrentTransactionId());
-	table_tuple_insert_speculative(rri->ri_RelationDesc, slot, estate->es_output_cid, 0, NULL, token);
-	recheck = IDEM_EXEC_INSERT_INDEX_TUPLES(rri, slot, estate, &spec_conflict, arbiters);
-	table_tuple_complete_speculative(rri->ri_RelationDesc, slot, token, !spec_conflict);
-	SpeculativeInsertionLockRelease(GetCurrentTransactionId());
-	if (!spec_conflict && recheck != NIL)
-		elog(ERROR, "idempotency: unexpected deferred index constraint on idem_outbox");
-	return !spec_conflict;
-}
-
-/*
  * Insert the message as an INSERT does: the executor's permission check,
  * NOT NULL and CHECK constraints, the heap tuple and its index entries
  * (the unique id waits for a concurrent writer of it, then 23505; an
@@ -366,7 +335,7 @@ insert_message(FunctionCallInfo fcinfo, OutboxWrite *p, pg_uuid_t *id)
 		ExecConstraints(rri, slot, estate);
 	estate->es_output_cid = GetCurrentCommandId(true);
 	if (p->explicit_key)
-		inserted = insert_speculative(rri, slot, estate, p->idx_pkey);
+		inserted = idem_insert_speculative(rri, slot, estate, p->idx_pkey);
 	else
 	{
 		table_tuple_insert(rel, slot, estate->es_output_cid, 0, NULL);
@@ -378,6 +347,24 @@ insert_message(FunctionCallInfo fcinfo, OutboxWrite *p, pg_uuid_t *id)
 	ExecResetTupleTable(estate->es_tupleTable, false);
 	FreeExecutorState(estate);
 	return inserted;
+}
+
+/*
+ * The aggregate's lock, then a new snapshot, as the body's INSERT takes
+ * one after it (the active one is replaced): false when the fast path must
+ * decline, or the topic or its groups under the new snapshot make it.
+ */
+static bool
+lock_aggregate(Oid nsp, OutboxWrite *p)
+{
+	if (!idem_outbox_open_aggregates(nsp, p) ||
+		!idem_outbox_lock_aggregate(p, GetActiveSnapshot()))
+		return false;
+	PopActiveSnapshot();
+	CommandCounterIncrement();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	return idem_outbox_topic_table(p, GetActiveSnapshot()) && p->ordered &&
+		idem_outbox_no_group(p, GetActiveSnapshot());
 }
 
 /*
@@ -396,12 +383,14 @@ publish_fast(FunctionCallInfo fcinfo, Oid nsp, Datum *result)
 		return false;
 	if (idem_outbox_open_topic(nsp, &p))
 	{
-		/* One snapshot for every read, after idem_outbox's lock (header). */
+		/* A snapshot for the reads, after idem_outbox's lock (header). */
 		CommandCounterIncrement();
 		PushActiveSnapshot(GetTransactionSnapshot());
-		if (idem_outbox_topic_unordered(&p, GetActiveSnapshot()) &&
+		if (idem_outbox_topic_table(&p, GetActiveSnapshot()) &&
 			idem_outbox_open_rest(nsp, &p) &&
-			idem_outbox_unordered_claim(&p, GetActiveSnapshot()))
+			idem_outbox_no_group(&p, GetActiveSnapshot()) &&
+			idem_outbox_claim(&p, GetActiveSnapshot()) &&
+			(!p.ordered || lock_aggregate(nsp, &p)))
 		{
 			id = message_id(p.topic, p.key, p.scope, p.seq);
 			/* An explicit key is looked for by the insertion (ON CONFLICT). */

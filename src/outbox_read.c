@@ -8,13 +8,15 @@
  *
  *	  Locking: RowExclusiveLock on idem_outbox first, then AccessShareLock on
  *	  idem_outbox_topics (the caller takes its snapshot and reads the topic),
- *	  then on idem_records and idem_outbox_subscriptions, and on the indexes
- *	  read, each to transaction end, as the body's statements take them.  Every table is opened by OID and checked for its name,
+ *	  then on idem_records and idem_outbox_subscriptions, RowShareLock on
+ *	  idem_outbox_aggregates for the aggregate's lock, and AccessShareLock
+ *	  on the indexes read, each to transaction end, as the body's statements
+ *	  take them.  Every table is opened by OID and checked for its name,
  *	  schema and kind after the lock; each index for its table, columns and
  *	  access method.  Row-level security that applies to the caller, or a
  *	  missing SELECT, makes the open decline.
  *	  Cache: per schema, the tables' OIDs, the position sequence and whether
- *	  Citus manages idem_outbox or idem_records, until a relcache
+ *	  Citus manages one of the outbox's tables or idem_records, until a relcache
  *	  invalidation of one of the tables or of all (an invalidation during
  *	  the open leaves the answer to this call only).
  *	  Visibility: every read is an index scan under the caller's snapshot;
@@ -73,7 +75,13 @@ static const struct
 };
 
 static const char *const table_names[NTABLES] = {
-	"idem_outbox", "idem_outbox_topics", "idem_records", "idem_outbox_subscriptions"
+	"idem_outbox", "idem_outbox_topics", "idem_records", "idem_outbox_subscriptions",
+	"idem_outbox_aggregates"
+};
+
+/* The lock each table is opened with: the body's statements'. */
+static const LOCKMODE table_locks[NTABLES] = {
+	RowExclusiveLock, AccessShareLock, AccessShareLock, AccessShareLock, RowShareLock
 };
 
 /*
@@ -146,12 +154,14 @@ open_table(Oid nsp, int i, LOCKMODE lockmode)
 /*
  * The OID of index name of rel in schema nsp, locked (AccessShareLock, as
  * the scan takes it), when it is a plain btree index of rel on the table
- * columns cols (in order, first; nothing else is checked of later columns);
- * else InvalidOid.
+ * columns cols (in order, first; nothing else is checked of later columns),
+ * and, for a primary key (an arbiter of ON CONFLICT), unique on exactly
+ * them and not deferrable; else InvalidOid.
  */
 static Oid
 checked_index(Relation rel, Oid nsp, const char *name, const AttrNumber *cols, int ncols)
 {
+	bool		pkey = strstr(name, "_pkey") != NULL;
 	Oid			oid = get_relname_relid(name, nsp);
 	Relation	idx;
 	bool		ok;
@@ -167,7 +177,9 @@ checked_index(Relation rel, Oid nsp, const char *name, const AttrNumber *cols, i
 		idx->rd_index->indisvalid &&
 		idx->rd_index->indnkeyatts >= ncols &&
 		heap_attisnull(idx->rd_indextuple, Anum_pg_index_indexprs, NULL) &&
-		heap_attisnull(idx->rd_indextuple, Anum_pg_index_indpred, NULL);
+		heap_attisnull(idx->rd_indextuple, Anum_pg_index_indpred, NULL) &&
+		(!pkey || (idx->rd_index->indisunique && idx->rd_index->indimmediate &&
+				   idx->rd_index->indnkeyatts == ncols));
 	for (int i = 0; ok && i < ncols; i++)
 		ok = idx->rd_index->indkey.values[i] == cols[i];
 	relation_close(idx, NoLock);
@@ -364,7 +376,7 @@ open_tables(Oid nsp, OutboxWrite *p, int first, int last)
 	{
 		if (p->rels[i] != NULL)
 			continue;
-		p->rels[i] = open_table(nsp, i, i == T_OUTBOX ? RowExclusiveLock : AccessShareLock);
+		p->rels[i] = open_table(nsp, i, table_locks[i]);
 		if (p->rels[i] == NULL)
 			return false;
 		if (check_enable_rls(RelationGetRelid(p->rels[i]), InvalidOid, true) == RLS_ENABLED ||
@@ -384,7 +396,8 @@ citus_managed(Oid nsp, OutboxWrite *p)
 	if (cache_citus_known)
 		return cache_citus;
 	citus = idem_citus_table(RelationGetRelid(p->rels[T_OUTBOX])) ||
-		idem_citus_table(RelationGetRelid(p->rels[T_RECORDS]));
+		idem_citus_table(RelationGetRelid(p->rels[T_RECORDS])) ||
+		idem_citus_table(get_relname_relid(table_names[T_AGGREGATES], nsp));
 	if (cache_nsp == nsp)
 	{
 		cache_citus = citus;
@@ -451,12 +464,13 @@ idem_outbox_open_rest(Oid nsp, OutboxWrite *p)
 }
 
 /*
- * Under snap: is the topic relayed by the table only (its pull into
- * p->pull) and without order for this message?  Looked at first: it is
- * what declines most often (an aggregate of a pulled topic, the default).
+ * Under snap: is the topic relayed by the table only?  Its pull into
+ * p->pull, and into p->ordered whether this message takes the aggregate's
+ * lock (an aggregate, and the topic pulled).  Looked at first: a logical
+ * message is the body's.
  */
 bool
-idem_outbox_topic_unordered(OutboxWrite *p, Snapshot snap)
+idem_outbox_topic_table(OutboxWrite *p, Snapshot snap)
 {
 	SysScanDesc scan;
 	HeapTuple	tup;
@@ -476,30 +490,71 @@ idem_outbox_topic_unordered(OutboxWrite *p, Snapshot snap)
 		p->pull = ok && DatumGetBool(pull);
 	}
 	systable_endscan(scan);
-	/* Not a logical message, nor the aggregate's lock. */
-	return ok && (p->aggregate == NULL || !p->pull);
+	p->ordered = p->aggregate != NULL && p->pull;
+	return ok;
 }
 
 /*
- * Under snap, after idem_outbox_topic_unordered and idem_outbox_open_rest:
- * does no group read the topic, and is the claim this transaction's
- * (found: into p->scope and p->key)?  An explicit key needs no claim.
+ * Under snap, after idem_outbox_open_rest: does no group read the topic?
+ * (A group's runs are the body's.)
  */
 bool
-idem_outbox_unordered_claim(OutboxWrite *p, Snapshot snap)
+idem_outbox_no_group(OutboxWrite *p, Snapshot snap)
 {
 	SysScanDesc scan;
 	bool		ok;
 
 	ok = text_probe(p->rels[T_SUBSCRIPTIONS], p->idx_subs, p->s_topic, snap, p->topic, &scan) == NULL;
 	systable_endscan(scan);
-	if (!ok)
-		return false;			/* a group: its runs are the body's */
+	return ok;
+}
+
+/*
+ * Under snap, after idem_outbox_open_rest: is the claim this transaction's
+ * (found: into p->scope and p->key)?  An explicit key needs no claim.
+ */
+bool
+idem_outbox_claim(OutboxWrite *p, Snapshot snap)
+{
 	if (p->explicit_key)
 		return true;
 	return p->scope != NULL
 		? named_claim(p->rels[T_RECORDS], p->idx_records_pkey, snap, p->scope, p->key)
 		: found_claim(p->rels[T_RECORDS], p->idx_expires, snap, &p->scope, &p->key);
+}
+
+/*
+ * Open idem_outbox_aggregates of schema nsp (RowShareLock, as FOR NO KEY
+ * UPDATE takes it) into p, after idem_outbox_open_rest: false when it is
+ * not as installed (its two columns, no trigger, rule or partitioning; its
+ * primary key), or row-level security or a missing SELECT keeps it from
+ * the fast path.
+ */
+bool
+idem_outbox_open_aggregates(Oid nsp, OutboxWrite *p)
+{
+	Relation	rel;
+	TupleDesc	desc;
+	int			live = 0;
+	AttrNumber	cols[2];
+
+	if (!open_tables(nsp, p, T_AGGREGATES, T_AGGREGATES))
+		return false;
+	rel = p->rels[T_AGGREGATES];
+	desc = RelationGetDescr(rel);
+	for (int i = 0; i < desc->natts; i++)
+		live += !TupleDescAttr(desc, i)->attisdropped;
+	if (live != 2 || rel->rd_rel->relispartition || rel->trigdesc != NULL ||
+		rel->rd_rules != NULL)
+		return false;
+	p->a_topic = column(rel, "topic", TEXTOID);
+	p->a_aggregate = column(rel, "aggregate", TEXTOID);
+	if (!p->a_topic || !p->a_aggregate)
+		return false;
+	cols[0] = p->a_topic;
+	cols[1] = p->a_aggregate;
+	p->idx_aggregates = checked_index(rel, nsp, "idem_outbox_aggregates_pkey", cols, 2);
+	return OidIsValid(p->idx_aggregates);
 }
 
 /* Is there a message id under snap?  (ID021, or a duplicate: the body's.) */

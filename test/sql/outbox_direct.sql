@@ -37,7 +37,7 @@ $$;
 
 --------------------------------------------------------------------------
 -- Taken: the transaction's one claim, a named one or an explicit key, to a
--- topic without order (no aggregate, or pull => false) and without a group.
+-- topic without a group, relayed by the table.
 --------------------------------------------------------------------------
 BEGIN;
 SELECT idem_claim('od-a', 'k1');
@@ -68,14 +68,49 @@ BEGIN;
 SELECT idem_claim('od-a', 'k5') AND pg_temp.publish('same statement', 'od-relay', 'acct-2') = 'fast' AS fast;
 COMMIT;
 
---------------------------------------------------------------------------
--- Left to idem_publish_sql: order, groups, and every error
--- (the fast path raises none: it declines, and the body reports).
---------------------------------------------------------------------------
+-- An aggregate of a pulled topic: the aggregate's lock, its row inserted
+-- by the first publication, locked by the next, also in one transaction.
 BEGIN;
 SELECT idem_claim('od-a', 'k6');
-SELECT pg_temp.publish('pulled topic, aggregate (the lock)', 'od-plain', 'acct-1');
+SELECT pg_temp.publish('pulled topic, aggregate (its first)', 'od-plain', 'acct-1');
 COMMIT;
+BEGIN;
+SELECT idem_claim('od-a', 'k6b');
+SELECT pg_temp.publish('pulled topic, aggregate (locked)', 'od-plain', 'acct-1'),
+       pg_temp.publish('pulled topic, aggregate, seq 1', 'od-plain', 'acct-1', seq => 1),
+       pg_temp.publish('pulled topic, another aggregate', 'od-plain', 'acct-2', seq => 2);
+SELECT locktype, mode FROM pg_locks
+ WHERE pid = pg_backend_pid() AND relation = 'idem_outbox_aggregates'::regclass;
+COMMIT;
+SELECT aggregate FROM idem_outbox_aggregates WHERE topic = 'od-plain' ORDER BY aggregate;
+-- Their entries in the ordering index, read through it.
+BEGIN;
+SET LOCAL enable_seqscan = off;
+SET LOCAL enable_bitmapscan = off;
+EXPLAIN (COSTS OFF) SELECT aggregate, position FROM idem_outbox
+ WHERE topic = 'od-plain' AND aggregate IS NOT NULL AND pulled ORDER BY topic, aggregate, position;
+SELECT aggregate, seq FROM idem_outbox
+ WHERE topic = 'od-plain' AND aggregate IS NOT NULL AND pulled ORDER BY topic, aggregate, position;
+COMMIT;
+
+--------------------------------------------------------------------------
+-- Left to idem_publish_sql: logical messages, groups, and every error
+-- (the fast path raises none: it declines, and the body reports).
+--------------------------------------------------------------------------
+-- A trigger on idem_outbox_aggregates: the body's INSERT would fire it.
+CREATE FUNCTION pg_temp.no_op() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NEW; END $$;
+CREATE TRIGGER od_agg BEFORE INSERT ON idem_outbox_aggregates FOR EACH ROW EXECUTE FUNCTION pg_temp.no_op();
+BEGIN;
+SELECT idem_claim('od-a', 'k6c');
+SELECT pg_temp.publish('a trigger on idem_outbox_aggregates', 'od-plain', 'acct-3');
+COMMIT;
+DROP TRIGGER od_agg ON idem_outbox_aggregates;
+SELECT idem_outbox_topic('od-msg', relay => 'both');
+BEGIN;
+SELECT idem_claim('od-a', 'k6d');
+-- (the body's error: the fast path writes no logical message)
+SELECT pg_temp.try($$SELECT idem_publish('od-msg', '{}') IS NOT NULL$$) AS logical_message;
+ROLLBACK;
 SELECT idem_outbox_subscribe('od-group', 'od-plain');
 BEGIN;
 SELECT idem_claim('od-a', 'k7');

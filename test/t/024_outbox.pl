@@ -19,6 +19,9 @@
 #     positions;
 #   - a second topic set to pull => false (Debezium only): one row per
 #     committed claim, decoded once, no aggregate lock taken;
+#   - a third, pulled and without a group, published to an aggregate of
+#     its own (the C edition takes its lock on the fast path): one row per
+#     committed claim, decoded once, positions in commit order;
 #   - every message was applied exactly once at the inbox, in position
 #     order within each aggregate, and acknowledged; redeliveries happened
 #     and were recognised by the inbox;
@@ -55,6 +58,7 @@ SELECT pg_create_logical_replication_slot('outbox_slot', 'test_decoding');
 SELECT idem_outbox_topic('tap', relay => 'both');
 -- A topic only Debezium reads: no aggregate lock, no group.
 SELECT idem_outbox_topic('tapd', pull => false);
+-- Pulled, without a group: 'tapq', not set up.
 SELECT idem_outbox_subscribe('tapc', 'tap', from_start => true);
 -- The producers' business effects and the consumers' applied messages.
 -- No unique constraints: a duplicate must show up, not fail.
@@ -128,12 +132,14 @@ open my $fh, '>', $script or die "cannot write $script: $!";
 print $fh qq{
 \\set k random(1, $nkeys)
 \\set agg random(1, $aggregates)
+\\set aq random(1, $aggregates)
 BEGIN;
 SELECT idem_claim('tap', 'k' || :k) AS owned \\gset
 \\if :owned
 INSERT INTO effects (k, client) VALUES (:k, :client_id);
 SELECT idem_publish('tap', jsonb_build_object('k', :k), aggregate => 'agg' || :agg) IS NOT NULL AS published \\gset
 SELECT idem_publish('tapd', jsonb_build_object('k', :k), aggregate => 'agg' || :agg) IS NOT NULL AS published \\gset
+SELECT idem_publish('tapq', jsonb_build_object('k', :k), aggregate => 'agg' || :aq) IS NOT NULL AS published \\gset
 \\endif
 \\if :k % 10 = 7
 ROLLBACK;
@@ -286,6 +292,9 @@ my %q = (
 	rows_debezium => q{SELECT count(*) FROM idem_outbox WHERE topic = 'tapd' AND NOT pulled},
 	decoded_debezium => q{SELECT count(DISTINCT d.id) FROM decoded_rows d JOIN claims c ON d.id = idem_outbox_id('tapd', c.key, 'tap') WHERE d.topic = 'tapd'},
 	decoded_debezium_all => q{SELECT count(*) FROM decoded_rows WHERE topic = 'tapd'},
+	rows_q => q{SELECT count(*) FROM idem_outbox WHERE topic = 'tapq' AND pulled},
+	decoded_q => q{SELECT count(DISTINCT d.id) FROM decoded_rows d JOIN claims c ON d.id = idem_outbox_id('tapq', c.key, 'tap') WHERE d.topic = 'tapq'},
+	decoded_q_all => q{SELECT count(*) FROM decoded_rows WHERE topic = 'tapq'},
 	decoded_messages => 'SELECT count(*) FROM decoded_messages',
 	decoded_messages_distinct => q{SELECT count(DISTINCT m->>'id') FROM decoded_messages},
 	applied => 'SELECT count(*) FROM applied',
@@ -305,6 +314,13 @@ is($n{decoded_debezium}, $n{claims}, 'the slot decoded each committed claim\'s m
 is($n{decoded_debezium_all}, $n{claims}, 'and nothing else of that topic');
 is($node->safe_psql('postgres', q{SELECT count(*) FROM idem_outbox_aggregates WHERE topic = 'tapd'}),
 	'0', 'the Debezium-only topic took no aggregate lock');
+is($n{rows_q}, $n{claims}, 'one pulled row of the topic without a group per committed claim');
+is($n{decoded_q}, $n{claims}, 'the slot decoded each committed claim\'s message of that topic');
+is($n{decoded_q_all}, $n{claims}, 'and nothing else of it');
+is( $node->safe_psql('postgres', q{
+	SELECT (SELECT count(*) FROM idem_outbox_aggregates WHERE topic = 'tapq')
+	     = (SELECT count(DISTINCT aggregate) FROM idem_outbox WHERE topic = 'tapq')}),
+	't', 'one lock row per aggregate of that topic');
 is($n{decoded_messages_distinct}, $n{claims}, 'no logical message twice');
 is( $node->safe_psql('postgres', q{
 	SELECT (SELECT count(*) FROM claims c WHERE NOT EXISTS (SELECT FROM decoded_rows d WHERE d.id = c.id))
@@ -332,6 +348,12 @@ is( $node->safe_psql('postgres', q{
 	      FROM decoded_rows d JOIN idem_outbox o USING (id) WHERE o.topic = 'tap') AS x
 	 WHERE back}),
 	'0', 'per aggregate, positions follow the commit order');
+is( $node->safe_psql('postgres', q{
+	SELECT count(*) FROM (
+	    SELECT o.position < lag(o.position) OVER (PARTITION BY o.aggregate ORDER BY d.n) AS back
+	      FROM decoded_rows d JOIN idem_outbox o USING (id) WHERE o.topic = 'tapq') AS x
+	 WHERE back}),
+	'0', 'per aggregate, positions follow the commit order without a group too');
 
 # --- the consumers ------------------------------------------------------------
 is($n{applied}, $n{claims}, 'every message applied at the inbox');

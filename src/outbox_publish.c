@@ -19,9 +19,11 @@
  *	  (row-level security, privileges, a table or index not as installed).
  *
  *	  Locking: the tables as the body's statements lock them (outbox_read.c);
- *	  a snapshot taken after idem_outbox's lock, as an INSERT's own is, and
- *	  a new one after the aggregate's lock, as the body's INSERT takes it
- *	  (the topic and its groups are read again).  A claim's id is looked for
+ *	  a snapshot taken after idem_outbox's lock, as an INSERT's own is (a
+ *	  publisher that reads a topic as not pulled writes before the owner's
+ *	  idem_outbox_topic(pull => true) commits, or sees it), and a new one
+ *	  after the aggregate's lock, as the body's INSERT takes it (the topic
+ *	  and its groups are read again).  A claim's id is looked for
  *	  under it, then inserted plainly (no other transaction can publish it);
  *	  an explicit key's as ON CONFLICT DO NOTHING does, declining when the
  *	  id is taken.  The insertion runs the executor's permission check (so

@@ -341,19 +341,16 @@ is( $node->safe_psql('postgres', q{
 	'0', 'each logical message carries its row');
 
 # Commit order: within each aggregate, the decoded order (commit order) is
-# the order of positions.
-is( $node->safe_psql('postgres', q{
-	SELECT count(*) FROM (
-	    SELECT o.position < lag(o.position) OVER (PARTITION BY o.aggregate ORDER BY d.n) AS back
-	      FROM decoded_rows d JOIN idem_outbox o USING (id) WHERE o.topic = 'tap') AS x
-	 WHERE back}),
-	'0', 'per aggregate, positions follow the commit order');
-is( $node->safe_psql('postgres', q{
-	SELECT count(*) FROM (
-	    SELECT o.position < lag(o.position) OVER (PARTITION BY o.aggregate ORDER BY d.n) AS back
-	      FROM decoded_rows d JOIN idem_outbox o USING (id) WHERE o.topic = 'tapq') AS x
-	 WHERE back}),
-	'0', 'per aggregate, positions follow the commit order without a group too');
+# the order of positions, with a group ('tap') and without ('tapq').
+for my $topic ('tap', 'tapq')
+{
+	is( $node->safe_psql('postgres', qq{
+		SELECT count(*) FROM (
+		    SELECT o.position < lag(o.position) OVER (PARTITION BY o.aggregate ORDER BY d.n) AS back
+		      FROM decoded_rows d JOIN idem_outbox o USING (id) WHERE o.topic = '$topic') AS x
+		 WHERE back}),
+		'0', "per aggregate, positions of topic $topic follow the commit order");
+}
 
 # --- the consumers ------------------------------------------------------------
 is($n{applied}, $n{claims}, 'every message applied at the inbox');

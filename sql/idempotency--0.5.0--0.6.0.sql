@@ -591,18 +591,9 @@ LANGUAGE C STABLE CALLED ON NULL INPUT PARALLEL RESTRICTED;
 
 -- Portable bodies qualified throughout (docs/security.md, invariant 8): the
 -- C edition's declarations unchanged, so that the portable edition's
--- upgrade, generated from this script, gets the new bodies of
--- idem_claim_many, idem_guard and idem_unguard (a DECLARE ... record
--- resolved through the caller's search_path).
-CREATE OR REPLACE FUNCTION @extschema@.idem_claim_many(
-    scope pg_catalog.text,
-    keys pg_catalog.text[],
-    ttl pg_catalog.interval DEFAULT NULL)
-RETURNS TABLE (key pg_catalog.text, claimed pg_catalog.bool)
-AS 'MODULE_PATHNAME', 'idem_claim_many'
-LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE
-ROWS 100;
-
+-- upgrade, generated from this script, gets the new bodies of idem_guard
+-- and idem_unguard (a DECLARE ... record resolved through the caller's
+-- search_path); idem_claim_many's is declared again below.
 CREATE OR REPLACE FUNCTION @extschema@.idem_guard(
     tbl pg_catalog.regclass,
     status_column pg_catalog.name,

@@ -236,15 +236,16 @@ idem_exec_check_index_constraints(ResultRelInfo *rri, TupleTableSlot *slot,
 
 /*
  * The range table of an executor state of our own for the one relation
- * rte, after the executor's permission check of perms on it (the columns
- * in cols, as attribute numbers offset by FirstLowInvalidHeapAttributeNumber,
- * count as selected and, for ACL_INSERT, as inserted), as ExecutorStart
- * makes it: ExecutorCheckPerms_hook (pgaudit, sepgsql) sees the access.
- * Returns false, with nothing initialised, when the check fails.
+ * rte, after the executor's permission check of perms on it, with the
+ * columns selected, inserted and updated (attribute numbers offset by
+ * FirstLowInvalidHeapAttributeNumber), as ExecutorStart makes it:
+ * ExecutorCheckPerms_hook (pgaudit, sepgsql) sees the access.  Returns
+ * false, with nothing initialised, when the check fails.
  */
 static inline bool
-idem_exec_init_range_table(EState *estate, RangeTblEntry *rte, AclMode perms,
-						   Bitmapset *cols)
+idem_exec_init_range_table_cols(EState *estate, RangeTblEntry *rte, AclMode perms,
+								Bitmapset *selected, Bitmapset *inserted,
+								Bitmapset *updated)
 {
 	List	   *rtable = list_make1(rte);
 #if PG_VERSION_NUM >= 160000
@@ -252,8 +253,9 @@ idem_exec_init_range_table(EState *estate, RangeTblEntry *rte, AclMode perms,
 	RTEPermissionInfo *pi = addRTEPermissionInfo(&perminfos, rte);
 
 	pi->requiredPerms = perms;
-	pi->selectedCols = (perms & ACL_SELECT) ? cols : NULL;
-	pi->insertedCols = (perms & ACL_INSERT) ? cols : NULL;
+	pi->selectedCols = selected;
+	pi->insertedCols = inserted;
+	pi->updatedCols = updated;
 	if (!ExecCheckPermissions(rtable, perminfos, false))
 		return false;
 #if PG_VERSION_NUM >= 180000
@@ -263,13 +265,28 @@ idem_exec_init_range_table(EState *estate, RangeTblEntry *rte, AclMode perms,
 #endif
 #else
 	rte->requiredPerms = perms;
-	rte->selectedCols = (perms & ACL_SELECT) ? cols : NULL;
-	rte->insertedCols = (perms & ACL_INSERT) ? cols : NULL;
+	rte->selectedCols = selected;
+	rte->insertedCols = inserted;
+	rte->updatedCols = updated;
 	if (!ExecCheckRTPerms(rtable, false))
 		return false;
 	ExecInitRangeTable(estate, rtable);
 #endif
 	return true;
+}
+
+/*
+ * idem_exec_init_range_table_cols for perms on the columns in cols: they
+ * count as selected and, for ACL_INSERT, as inserted.
+ */
+static inline bool
+idem_exec_init_range_table(EState *estate, RangeTblEntry *rte, AclMode perms,
+						   Bitmapset *cols)
+{
+	return idem_exec_init_range_table_cols(estate, rte, perms,
+										   (perms & ACL_SELECT) ? cols : NULL,
+										   (perms & ACL_INSERT) ? cols : NULL,
+										   NULL);
 }
 
 /*

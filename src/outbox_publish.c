@@ -2,17 +2,18 @@
  *
  * outbox_publish.c
  *	  idem_publish in the C edition: a fast path for the common publication
- *	  (to a topic no consumer group reads) that writes the message without
- *	  SPI, and otherwise the shared SQL body, idem_publish_sql, called with
- *	  the same arguments.
+ *	  (to a topic relayed by the table) that writes the message without SPI,
+ *	  and otherwise the shared SQL body, idem_publish_sql, called with the
+ *	  same arguments.
  *
  *	  Rule: the fast path writes what idem_publish_sql would write, or
  *	  declines having written nothing the body would not; every error of a
  *	  publication is the body's.  It takes a message bound to the one claim
  *	  this transaction holds with the default ttl, to a claim named by
  *	  scope => and key =>, or to an explicit key, to a topic relayed through
- *	  the table only that no group reads, and whose id is not taken; an
- *	  aggregate of a pulled topic after the aggregate's lock (outbox_order.c).
+ *	  the table only, and whose id is not taken: an aggregate of a pulled
+ *	  topic after the aggregate's lock (outbox_order.c), and a topic with
+ *	  groups with their runs (outbox_runs.c).
  *	  It declines when idempotency.direct_publish is off; under REPEATABLE
  *	  READ or SERIALIZABLE; in a read-only transaction; for a claim without
  *	  a transaction id (there is none); and where outbox_read.c declines
@@ -23,7 +24,7 @@
  *	  publisher that reads a topic as not pulled writes before the owner's
  *	  idem_outbox_topic(pull => true) commits, or sees it), and a new one
  *	  after the aggregate's lock, as the body's INSERT takes it (the topic
- *	  and its groups are read again).  A claim's id is looked for
+ *	  and its groups are read under it).  A claim's id is looked for
  *	  under it, then inserted plainly (no other transaction can publish it);
  *	  an explicit key's as ON CONFLICT DO NOTHING does, declining when the
  *	  id is taken.  The insertion runs the executor's permission check (so
@@ -268,7 +269,8 @@ message_values(FunctionCallInfo fcinfo, OutboxWrite *p, pg_uuid_t *id,
 	values[OB_SCOPE] = PointerGetDatum(p->scope);
 	values[OB_KEY] = PointerGetDatum(p->key);
 	values[OB_SEQ] = Int32GetDatum(p->seq);
-	values[OB_POSITION] = Int64GetDatum(nextval_internal(p->seq_oid, false));
+	p->position = nextval_internal(p->seq_oid, false);
+	values[OB_POSITION] = Int64GetDatum(p->position);
 	values[OB_XACT_ID] = FullTransactionIdGetDatum(GetTopFullTransactionId());
 	values[OB_CREATED_AT] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
 	values[OB_PULLED] = BoolGetDatum(p->pull);
@@ -365,8 +367,20 @@ lock_aggregate(Oid nsp, OutboxWrite *p)
 	PopActiveSnapshot();
 	CommandCounterIncrement();
 	PushActiveSnapshot(GetTransactionSnapshot());
-	return idem_outbox_topic_table(p, GetActiveSnapshot()) && p->ordered &&
-		idem_outbox_no_group(p, GetActiveSnapshot());
+	return idem_outbox_topic_table(p, GetActiveSnapshot()) && p->ordered;
+}
+
+/*
+ * The topic's groups under the active snapshot, and, when it has any (it
+ * must be pulled), idem_outbox_runs opened and the runs' writes allowed.
+ */
+static bool
+groups_ready(Oid nsp, OutboxWrite *p)
+{
+	if (!idem_outbox_read_groups(p, GetActiveSnapshot()))
+		return false;
+	return p->groups == NIL ||
+		(p->pull && idem_outbox_open_runs(nsp, p) && idem_outbox_runs_begin(p));
 }
 
 /*
@@ -390,17 +404,20 @@ publish_fast(FunctionCallInfo fcinfo, Oid nsp, Datum *result)
 		PushActiveSnapshot(GetTransactionSnapshot());
 		if (idem_outbox_topic_table(&p, GetActiveSnapshot()) &&
 			idem_outbox_open_rest(nsp, &p) &&
-			idem_outbox_no_group(&p, GetActiveSnapshot()) &&
 			idem_outbox_claim(&p, GetActiveSnapshot()) &&
-			(!p.ordered || lock_aggregate(nsp, &p)))
+			(!p.ordered || lock_aggregate(nsp, &p)) &&
+			groups_ready(nsp, &p))
 		{
 			id = message_id(p.topic, p.key, p.scope, p.seq);
 			/* An explicit key is looked for by the insertion (ON CONFLICT). */
 			ok = (p.explicit_key || !idem_outbox_id_taken(&p, GetActiveSnapshot(), id)) &&
 				insert_message(fcinfo, &p, id);
+			if (ok && p.groups != NIL)
+				idem_outbox_runs_make(&p, id, GetActiveSnapshot());
 		}
 		PopActiveSnapshot();
 	}
+	idem_outbox_runs_end(&p);
 	idem_outbox_close(&p);
 	if (ok)
 		*result = UUIDPGetDatum(id);

@@ -9,9 +9,10 @@
  *	  Locking: RowExclusiveLock on idem_outbox first, then AccessShareLock on
  *	  idem_outbox_topics (the caller takes its snapshot and reads the topic),
  *	  then on idem_records and idem_outbox_subscriptions, RowShareLock on
- *	  idem_outbox_aggregates for the aggregate's lock, and AccessShareLock
- *	  on the indexes read, each to transaction end, as the body's statements
- *	  take them.  Every table is opened by OID and checked for its name,
+ *	  idem_outbox_aggregates for the aggregate's lock, RowExclusiveLock on
+ *	  idem_outbox_runs for a topic with groups, and AccessShareLock on the
+ *	  indexes read, each to transaction end, as the body's statements take
+ *	  them.  Every table is opened by OID and checked for its name,
  *	  schema and kind after the lock; each index for its table, columns and
  *	  access method.  Row-level security that applies to the caller, or a
  *	  missing SELECT, makes the open decline.
@@ -53,11 +54,15 @@
 #include "compat.h"
 #include "outbox.h"
 
-static const struct
+/* A column the fast path reads or writes: its name and type. */
+typedef struct OutboxColumn
 {
 	const char *name;
 	Oid			type;
-}			outbox_columns[OB_NCOLUMNS] =
+} OutboxColumn;
+
+/* The columns of idem_outbox in OB_* order. */
+static const OutboxColumn outbox_columns[OB_NCOLUMNS] =
 {
 	{"id", UUIDOID},
 	{"topic", TEXTOID},
@@ -76,12 +81,24 @@ static const struct
 
 static const char *const table_names[NTABLES] = {
 	"idem_outbox", "idem_outbox_topics", "idem_records", "idem_outbox_subscriptions",
-	"idem_outbox_aggregates"
+	"idem_outbox_aggregates", "idem_outbox_runs"
 };
 
 /* The lock each table is opened with: the body's statements'. */
 static const LOCKMODE table_locks[NTABLES] = {
-	RowExclusiveLock, AccessShareLock, AccessShareLock, AccessShareLock, RowShareLock
+	RowExclusiveLock, AccessShareLock, AccessShareLock, AccessShareLock, RowShareLock,
+	RowExclusiveLock
+};
+
+/* The columns of idem_outbox_runs in RUN_* order. */
+static const OutboxColumn run_columns[RUN_NCOLUMNS] =
+{
+	{"consumer", TEXTOID},
+	{"topic", TEXTOID},
+	{"aggregate", TEXTOID},
+	{"lone", UUIDOID},
+	{"acked", INT8OID},
+	{"available_at", TIMESTAMPTZOID},
 };
 
 /*
@@ -155,13 +172,13 @@ open_table(Oid nsp, int i, LOCKMODE lockmode)
  * The OID of index name of rel in schema nsp, locked (AccessShareLock, as
  * the scan takes it), when it is a plain btree index of rel on the table
  * columns cols (in order, first; nothing else is checked of later columns),
- * and, for a primary key (an arbiter of ON CONFLICT), unique on exactly
+ * and, if unique (a key, an arbiter of ON CONFLICT), unique on exactly
  * them and not deferrable; else InvalidOid.
  */
 static Oid
-checked_index(Relation rel, Oid nsp, const char *name, const AttrNumber *cols, int ncols)
+checked_index(Relation rel, Oid nsp, const char *name, const AttrNumber *cols, int ncols,
+			  bool unique)
 {
-	bool		pkey = strstr(name, "_pkey") != NULL;
 	Oid			oid = get_relname_relid(name, nsp);
 	Relation	idx;
 	bool		ok;
@@ -178,7 +195,7 @@ checked_index(Relation rel, Oid nsp, const char *name, const AttrNumber *cols, i
 		idx->rd_index->indnkeyatts >= ncols &&
 		heap_attisnull(idx->rd_indextuple, Anum_pg_index_indexprs, NULL) &&
 		heap_attisnull(idx->rd_indextuple, Anum_pg_index_indpred, NULL) &&
-		(!pkey || (idx->rd_index->indisunique && idx->rd_index->indimmediate &&
+		(!unique || (idx->rd_index->indisunique && idx->rd_index->indimmediate &&
 				   idx->rd_index->indnkeyatts == ncols));
 	for (int i = 0; ok && i < ncols; i++)
 		ok = idx->rd_index->indkey.values[i] == cols[i];
@@ -427,7 +444,7 @@ idem_outbox_open_topic(Oid nsp, OutboxWrite *p)
 	p->t_pull = column(p->rels[T_TOPICS], "pull", BOOLOID);
 	if (!p->t_topic || !p->t_relay || !p->t_pull)
 		return false;
-	p->idx_topics = checked_index(p->rels[T_TOPICS], nsp, "idem_outbox_topics_pkey", &p->t_topic, 1);
+	p->idx_topics = checked_index(p->rels[T_TOPICS], nsp, "idem_outbox_topics_pkey", &p->t_topic, 1, true);
 	return OidIsValid(p->idx_topics);
 }
 
@@ -448,17 +465,18 @@ idem_outbox_open_rest(Oid nsp, OutboxWrite *p)
 		citus_managed(nsp, p))
 		return false;
 	p->s_topic = column(p->rels[T_SUBSCRIPTIONS], "topic", TEXTOID);
-	if (!p->s_topic)
+	p->s_consumer = column(p->rels[T_SUBSCRIPTIONS], "consumer", TEXTOID);
+	if (!p->s_topic || !p->s_consumer)
 		return false;
 	cols[0] = idem_outbox_att(p->rels[T_OUTBOX], OB_ID);
-	p->idx_pkey = checked_index(p->rels[T_OUTBOX], nsp, "idem_outbox_pkey", cols, 1);
+	p->idx_pkey = checked_index(p->rels[T_OUTBOX], nsp, "idem_outbox_pkey", cols, 1, true);
 	cols[0] = IDEM_COL_EXPIRES_AT;
-	p->idx_expires = checked_index(p->rels[T_RECORDS], nsp, "idem_records_expires_at_idx", cols, 1);
+	p->idx_expires = checked_index(p->rels[T_RECORDS], nsp, "idem_records_expires_at_idx", cols, 1, false);
 	cols[0] = IDEM_COL_SCOPE;
 	cols[1] = IDEM_COL_KEY;
-	p->idx_records_pkey = checked_index(p->rels[T_RECORDS], nsp, "idem_records_pkey", cols, 2);
+	p->idx_records_pkey = checked_index(p->rels[T_RECORDS], nsp, "idem_records_pkey", cols, 2, true);
 	p->idx_subs = checked_index(p->rels[T_SUBSCRIPTIONS], nsp,
-								"idem_outbox_subscriptions_topic_idx", &p->s_topic, 1);
+								"idem_outbox_subscriptions_topic_idx", &p->s_topic, 1, false);
 	return OidIsValid(p->idx_pkey) && OidIsValid(p->idx_expires) &&
 		OidIsValid(p->idx_records_pkey) && OidIsValid(p->idx_subs);
 }
@@ -495,16 +513,28 @@ idem_outbox_topic_table(OutboxWrite *p, Snapshot snap)
 }
 
 /*
- * Under snap, after idem_outbox_open_rest: does no group read the topic?
- * (A group's runs are the body's.)
+ * Under snap, after idem_outbox_open_rest: the topic's groups into
+ * p->groups (in index order).  False when one is not as installed.
  */
 bool
-idem_outbox_no_group(OutboxWrite *p, Snapshot snap)
+idem_outbox_read_groups(OutboxWrite *p, Snapshot snap)
 {
+	TupleDesc	desc = RelationGetDescr(p->rels[T_SUBSCRIPTIONS]);
 	SysScanDesc scan;
-	bool		ok;
+	HeapTuple	tup;
+	bool		ok = true;
 
-	ok = text_probe(p->rels[T_SUBSCRIPTIONS], p->idx_subs, p->s_topic, snap, p->topic, &scan) == NULL;
+	p->groups = NIL;
+	tup = text_probe(p->rels[T_SUBSCRIPTIONS], p->idx_subs, p->s_topic, snap, p->topic, &scan);
+	for (; ok && tup != NULL; tup = systable_getnext(scan))
+	{
+		bool		isnull;
+		Datum		d = heap_getattr(tup, p->s_consumer, desc, &isnull);
+
+		ok = !isnull;
+		if (ok)
+			p->groups = lappend(p->groups, DatumGetTextPCopy(d));
+	}
 	systable_endscan(scan);
 	return ok;
 }
@@ -553,8 +583,52 @@ idem_outbox_open_aggregates(Oid nsp, OutboxWrite *p)
 		return false;
 	cols[0] = p->a_topic;
 	cols[1] = p->a_aggregate;
-	p->idx_aggregates = checked_index(rel, nsp, "idem_outbox_aggregates_pkey", cols, 2);
+	p->idx_aggregates = checked_index(rel, nsp, "idem_outbox_aggregates_pkey", cols, 2, true);
 	return OidIsValid(p->idx_aggregates);
+}
+
+/*
+ * Open idem_outbox_runs of schema nsp (RowExclusiveLock) into p, after
+ * idem_outbox_open_rest: false when it is not as installed (the columns
+ * the fast path writes, no trigger, rule, partitioning, identity or
+ * generated column; its key on (topic, aggregate, lone, consumer)), or
+ * row-level security or a missing SELECT keeps it from the fast path.
+ */
+bool
+idem_outbox_open_runs(Oid nsp, OutboxWrite *p)
+{
+	Relation	rel;
+	TupleDesc	desc;
+	AttrNumber	cols[4];
+
+	if (!open_tables(nsp, p, T_RUNS, T_RUNS))
+		return false;
+	rel = p->rels[T_RUNS];
+	desc = RelationGetDescr(rel);
+	if (rel->rd_rel->relispartition || rel->trigdesc != NULL || rel->rd_rules != NULL ||
+		(desc->constr != NULL && desc->constr->has_generated_stored))
+		return false;
+	for (int i = 0; i < desc->natts; i++)
+		if (TupleDescAttr(desc, i)->attidentity != '\0')
+			return false;
+	for (int c = 0; c < RUN_NCOLUMNS; c++)
+		if ((p->r_atts[c] = column(rel, run_columns[c].name, run_columns[c].type)) == 0)
+			return false;
+	cols[0] = p->r_atts[RUN_TOPIC];
+	cols[1] = p->r_atts[RUN_AGGREGATE];
+	cols[2] = p->r_atts[RUN_LONE];
+	cols[3] = p->r_atts[RUN_CONSUMER];
+	p->idx_runs = checked_index(rel, nsp, "idem_outbox_runs_key", cols, 4, true);
+	if (OidIsValid(p->idx_runs))
+	{
+		/* Locked by checked_index; NULLS NOT DISTINCT: one run per lone or aggregate. */
+		Relation	idx = index_open(p->idx_runs, NoLock);
+
+		if (!idx->rd_index->indnullsnotdistinct)
+			p->idx_runs = InvalidOid;
+		index_close(idx, NoLock);
+	}
+	return OidIsValid(p->idx_runs);
 }
 
 /* Is there a message id under snap?  (ID021, or a duplicate: the body's.) */

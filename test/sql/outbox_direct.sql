@@ -111,12 +111,52 @@ SELECT idem_claim('od-a', 'k6d');
 -- (the body's error: the fast path writes no logical message)
 SELECT pg_temp.try($$SELECT idem_publish('od-msg', '{}') IS NOT NULL$$) AS logical_message;
 ROLLBACK;
-SELECT idem_outbox_subscribe('od-group', 'od-plain');
+-- A trigger on idem_outbox_runs: the body's INSERT would fire it.
+SELECT idem_outbox_subscribe('od-group', 'od-plain'), idem_outbox_subscribe('od-group2', 'od-plain');
+CREATE TRIGGER od_runs BEFORE INSERT ON idem_outbox_runs FOR EACH ROW EXECUTE FUNCTION pg_temp.no_op();
+BEGIN;
+SELECT idem_claim('od-a', 'k6e');
+SELECT pg_temp.publish('a trigger on idem_outbox_runs', 'od-plain', 'acct-6');
+COMMIT;
+DROP TRIGGER od_runs ON idem_outbox_runs;
+
+--------------------------------------------------------------------------
+-- Consumer groups: each gets a run (of the aggregate, from the message;
+-- or of the message alone), as the body makes it, and a parked run of the
+-- aggregate is freed.
+--------------------------------------------------------------------------
 BEGIN;
 SELECT idem_claim('od-a', 'k7');
-SELECT pg_temp.publish('a group, no aggregate (its run)', 'od-plain');
+SELECT pg_temp.publish('a group, no aggregate (its run)', 'od-plain'),
+       pg_temp.publish('a group, an aggregate (its run)', 'od-plain', 'acct-4', seq => 1),
+       pg_temp.publish('a group, the aggregate again', 'od-plain', 'acct-4', seq => 2);
 COMMIT;
-SELECT count(*) AS runs FROM idem_outbox_runs WHERE consumer = 'od-group' AND lone IS NOT NULL;
+SET idempotency.direct_publish = off;
+BEGIN;
+SELECT idem_claim('od-a', 'k7b');
+SELECT pg_temp.publish('a group, no aggregate, the body', 'od-plain'),
+       pg_temp.publish('a group, an aggregate, the body', 'od-plain', 'acct-5', seq => 1);
+COMMIT;
+RESET idempotency.direct_publish;
+-- Both paths' runs: from their message on (acked is the position before
+-- it), free since the publication, every other column its default.
+SELECT r.consumer, o.key, o.seq, r.aggregate, r.lone IS NOT NULL AS lone,
+       r.acked = o.position - 1 AS from_it, r.available_at = o.created_at AS free,
+       r.acked_ahead, r.leased_upto, r.handed_upto, r.attempts
+  FROM idem_outbox_runs r JOIN idem_outbox o
+    ON o.topic = r.topic
+   AND (o.id = r.lone OR (r.lone IS NULL AND o.aggregate = r.aggregate AND o.position = r.acked + 1))
+ WHERE r.topic = 'od-plain' AND o.key IN ('k7', 'k7b')
+ ORDER BY o.key, o.seq, r.consumer;
+-- A parked run (drained) is freed by the aggregate's next message.
+UPDATE idem_outbox_runs SET available_at = 'infinity'
+ WHERE topic = 'od-plain' AND aggregate = 'acct-4' AND consumer = 'od-group';
+BEGIN;
+SELECT idem_claim('od-a', 'k7c');
+SELECT pg_temp.publish('a group, a parked run', 'od-plain', 'acct-4');
+SELECT consumer, available_at = now() AS freed_now FROM idem_outbox_runs
+ WHERE topic = 'od-plain' AND aggregate = 'acct-4' ORDER BY consumer;
+COMMIT;
 BEGIN;
 SELECT idem_claim('od-a', 'k8');
 SELECT pg_temp.publish('first', 'od-relay', 'acct-1');

@@ -19,9 +19,11 @@
 #     positions;
 #   - a second topic set to pull => false (Debezium only): one row per
 #     committed claim, decoded once, no aggregate lock taken;
-#   - a third, pulled and without a group, published to an aggregate of
-#     its own (the C edition takes its lock on the fast path): one row per
-#     committed claim, decoded once, positions in commit order;
+#   - a third, relayed by the table only, published to an aggregate of
+#     its own (the C edition takes its lock and makes its group's runs on
+#     the fast path): one row per committed claim, decoded once, positions
+#     in commit order, and its group, drained at the end by one consumer,
+#     gets each message once, in position order within each aggregate;
 #   - every message was applied exactly once at the inbox, in position
 #     order within each aggregate, and acknowledged; redeliveries happened
 #     and were recognised by the inbox;
@@ -58,7 +60,8 @@ SELECT pg_create_logical_replication_slot('outbox_slot', 'test_decoding');
 SELECT idem_outbox_topic('tap', relay => 'both');
 -- A topic only Debezium reads: no aggregate lock, no group.
 SELECT idem_outbox_topic('tapd', pull => false);
--- Pulled, without a group: 'tapq', not set up.
+-- Relayed by the table only, with a group drained at the end.
+SELECT idem_outbox_subscribe('tapqg', 'tapq', from_start => true);
 SELECT idem_outbox_subscribe('tapc', 'tap', from_start => true);
 -- The producers' business effects and the consumers' applied messages.
 -- No unique constraints: a duplicate must show up, not fail.
@@ -341,7 +344,7 @@ is( $node->safe_psql('postgres', q{
 	'0', 'each logical message carries its row');
 
 # Commit order: within each aggregate, the decoded order (commit order) is
-# the order of positions, with a group ('tap') and without ('tapq').
+# the order of positions, relayed by both ('tap') and by the table ('tapq').
 for my $topic ('tap', 'tapq')
 {
 	is( $node->safe_psql('postgres', qq{
@@ -353,6 +356,32 @@ for my $topic ('tap', 'tapq')
 }
 
 # --- the consumers ------------------------------------------------------------
+# The third topic's group, drained by one consumer: fetch, record, acknowledge.
+$node->safe_psql('postgres', q{
+CREATE TABLE qapplied (batch int, n bigint, id uuid NOT NULL, aggregate text, position bigint);
+DO $$
+DECLARE
+    ids uuid[];
+    b int := 0;
+BEGIN
+    LOOP
+        b := b + 1;
+        INSERT INTO qapplied (batch, n, id, aggregate, position)
+        SELECT b, f.n, f.id, f.aggregate, (SELECT o.position FROM idem_outbox o WHERE o.id = f.id)
+          FROM idem_outbox_fetch('tapqg', 100)
+               WITH ORDINALITY AS f(id, topic, aggregate, type, payload, headers, created_at, attempts, n);
+        SELECT array_agg(q.id) INTO ids FROM qapplied q WHERE q.batch = b;
+        EXIT WHEN ids IS NULL;
+        PERFORM idem_outbox_ack_many('tapqg', ids);
+    END LOOP;
+END $$;});
+is( $node->safe_psql('postgres', q{
+	SELECT (SELECT count(*) FROM qapplied) || '|' || (SELECT count(DISTINCT id) FROM qapplied)
+	    || '|' || (SELECT count(*) FROM idem_outbox o WHERE o.topic = 'tapq' AND NOT EXISTS (SELECT FROM qapplied q WHERE q.id = o.id))
+	    || '|' || (SELECT count(*) FROM (SELECT position < lag(position) OVER (PARTITION BY aggregate ORDER BY batch, n) AS back FROM qapplied) x WHERE back)
+	    || '|' || (SELECT unacknowledged FROM idem_outbox_backlog WHERE consumer = 'tapqg')}),
+	"$n{claims}|$n{claims}|0|0|0", 'the third topic\'s group got every message once, in order per aggregate');
+
 is($n{applied}, $n{claims}, 'every message applied at the inbox');
 is($n{applied_distinct}, $n{applied}, 'no message applied twice');
 is( $node->safe_psql('postgres', q{

@@ -108,10 +108,14 @@ run_values(OutboxWrite *p, EState *estate, TupleTableSlot *slot, text *consumer,
 	TupleDesc	desc = RelationGetDescr(p->rels[T_RUNS]);
 	ExprContext *econtext = GetPerTupleExprContext(estate);
 
+	bool		named[MaxTupleAttributeNumber] = {false};
+
+	for (int c = 0; c < RUN_NCOLUMNS; c++)
+		named[p->r_atts[c] - 1] = true;
 	ExecClearTuple(slot);
 	for (int a = 0; a < desc->natts; a++)
 	{
-		Node	   *def = TupleDescAttr(desc, a)->attisdropped ? NULL
+		Node	   *def = named[a] || TupleDescAttr(desc, a)->attisdropped ? NULL
 			: build_column_default(p->rels[T_RUNS], a + 1);
 
 		slot->tts_values[a] = (Datum) 0;

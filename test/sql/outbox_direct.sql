@@ -148,6 +148,20 @@ SELECT r.consumer, o.key, o.seq, r.aggregate, r.lone IS NOT NULL AS lone,
    AND (o.id = r.lone OR (r.lone IS NULL AND o.aggregate = r.aggregate AND o.position = r.acked + 1))
  WHERE r.topic = 'od-plain' AND o.key IN ('k7', 'k7b')
  ORDER BY o.key, o.seq, r.consumer;
+-- A default a DBA set on a column the INSERT does not name is the run's;
+-- one on a column it names is not evaluated.
+CREATE SEQUENCE od_seq;
+ALTER TABLE idem_outbox_runs ALTER COLUMN attempts SET DEFAULT 7,
+                             ALTER COLUMN acked SET DEFAULT nextval('od_seq');
+BEGIN;
+SELECT idem_claim('od-a', 'k7d');
+SELECT pg_temp.publish('a group, DBA defaults', 'od-plain', 'acct-7');
+COMMIT;
+ALTER TABLE idem_outbox_runs ALTER COLUMN attempts SET DEFAULT 0, ALTER COLUMN acked DROP DEFAULT;
+SELECT consumer, attempts FROM idem_outbox_runs
+ WHERE topic = 'od-plain' AND aggregate = 'acct-7' ORDER BY consumer;
+SELECT is_called AS acked_default_evaluated FROM od_seq;
+DROP SEQUENCE od_seq;
 -- A parked run (drained) is freed by the aggregate's next message.
 UPDATE idem_outbox_runs SET available_at = 'infinity'
  WHERE topic = 'od-plain' AND aggregate = 'acct-4' AND consumer = 'od-group';

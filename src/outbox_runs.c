@@ -22,7 +22,7 @@
  *	  written, of the INSERT's columns and of the UPDATE's (SELECT of the
  *	  columns it tests, UPDATE of available_at).
  *	  Defaults: the columns the INSERT does not name get their defaults,
- *	  evaluated per row as the INSERT's are.
+ *	  prepared once per publication and evaluated per row, as the INSERT's.
  *	  Memory: a private executor state, from idem_outbox_runs_begin to
  *	  idem_outbox_runs_end.
  *
@@ -98,31 +98,50 @@ idem_outbox_runs_end(OutboxWrite *p)
 }
 
 /*
- * The run of group consumer into slot: the columns the INSERT names, and
- * the others' defaults.
+ * The defaults of the columns of idem_outbox_runs the INSERT does not
+ * name, prepared once per publication: an expression per attribute, or
+ * NULL (no default; a named or dropped column).
  */
-static void
-run_values(OutboxWrite *p, EState *estate, TupleTableSlot *slot, text *consumer,
-		   pg_uuid_t *id)
+static ExprState **
+run_defaults(OutboxWrite *p, EState *estate)
 {
 	TupleDesc	desc = RelationGetDescr(p->rels[T_RUNS]);
-	ExprContext *econtext = GetPerTupleExprContext(estate);
-
-	bool		named[MaxTupleAttributeNumber] = {false};
+	ExprState **defaults = palloc0(desc->natts * sizeof(ExprState *));
+	bool	   *named = palloc0(desc->natts * sizeof(bool));
 
 	for (int c = 0; c < RUN_NCOLUMNS; c++)
 		named[p->r_atts[c] - 1] = true;
-	ExecClearTuple(slot);
 	for (int a = 0; a < desc->natts; a++)
 	{
 		Node	   *def = named[a] || TupleDescAttr(desc, a)->attisdropped ? NULL
 			: build_column_default(p->rels[T_RUNS], a + 1);
 
+		if (def != NULL)
+			defaults[a] = ExecPrepareExpr((Expr *) def, estate);
+	}
+	pfree(named);
+	return defaults;
+}
+
+/*
+ * The run of group consumer into slot: the columns the INSERT names, and
+ * the others' defaults, evaluated per row.
+ */
+static void
+run_values(OutboxWrite *p, EState *estate, ExprState **defaults, TupleTableSlot *slot,
+		   text *consumer, pg_uuid_t *id)
+{
+	int			natts = RelationGetDescr(p->rels[T_RUNS])->natts;
+	ExprContext *econtext = GetPerTupleExprContext(estate);
+
+	ExecClearTuple(slot);
+	for (int a = 0; a < natts; a++)
+	{
 		slot->tts_values[a] = (Datum) 0;
 		slot->tts_isnull[a] = true;
-		if (def != NULL)
-			slot->tts_values[a] = ExecEvalExprSwitchContext(ExecPrepareExpr((Expr *) def, estate),
-															econtext, &slot->tts_isnull[a]);
+		if (defaults[a] != NULL)
+			slot->tts_values[a] = ExecEvalExprSwitchContext(defaults[a], econtext,
+															&slot->tts_isnull[a]);
 	}
 #define SET_RUN(c, v, null) \
 	(slot->tts_values[p->r_atts[c] - 1] = (v), slot->tts_isnull[p->r_atts[c] - 1] = (null))
@@ -195,11 +214,16 @@ free_parked(OutboxWrite *p, ResultRelInfo *rri, EState *estate, Snapshot snap)
 {
 	Relation	rel = p->rels[T_RUNS];
 	int			natts = RelationGetDescr(rel)->natts;
-	TupleTableSlot *old = table_slot_create(rel, &estate->es_tupleTable);
-	TupleTableSlot *new = table_slot_create(rel, &estate->es_tupleTable);
+	List	   *tids = parked_runs(p, snap);
+	TupleTableSlot *old;
+	TupleTableSlot *new;
 	ListCell   *lc;
 
-	foreach(lc, parked_runs(p, snap))
+	if (tids == NIL)
+		return;
+	old = table_slot_create(rel, &estate->es_tupleTable);
+	new = table_slot_create(rel, &estate->es_tupleTable);
+	foreach(lc, tids)
 	{
 		TM_FailureData tmfd;
 
@@ -231,6 +255,7 @@ idem_outbox_runs_make(OutboxWrite *p, pg_uuid_t *id, Snapshot snap)
 	Relation	rel = p->rels[T_RUNS];
 	ResultRelInfo *rri = makeNode(ResultRelInfo);
 	TupleTableSlot *slot;
+	ExprState **defaults;
 	ListCell   *lc;
 
 	estate->es_snapshot = snap;
@@ -238,9 +263,10 @@ idem_outbox_runs_make(OutboxWrite *p, pg_uuid_t *id, Snapshot snap)
 	InitResultRelInfo(rri, rel, 1, NULL, 0);
 	ExecOpenIndices(rri, true);
 	slot = table_slot_create(rel, &estate->es_tupleTable);
+	defaults = run_defaults(p, estate);
 	foreach(lc, p->groups)
 	{
-		run_values(p, estate, slot, (text *) lfirst(lc), id);
+		run_values(p, estate, defaults, slot, (text *) lfirst(lc), id);
 		if (rel->rd_att->constr != NULL)
 			ExecConstraints(rri, slot, estate);
 		/* A run that exists keeps its progress (ON CONFLICT DO NOTHING). */

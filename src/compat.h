@@ -235,42 +235,57 @@ idem_exec_check_index_constraints(ResultRelInfo *rri, TupleTableSlot *slot,
 #endif
 
 /*
- * The range table of an executor state of our own for the one relation
- * rte, after the executor's permission check of perms on it, with the
- * columns selected, inserted and updated (attribute numbers offset by
+ * The executor's permission check of perms on the one relation rte, with
+ * the columns selected, inserted and updated (attribute numbers offset by
  * FirstLowInvalidHeapAttributeNumber), as ExecutorStart makes it:
- * ExecutorCheckPerms_hook (pgaudit, sepgsql) sees the access.  Returns
- * false, with nothing initialised, when the check fails.
+ * ExecutorCheckPerms_hook (pgaudit, sepgsql) sees the access.  The
+ * permission infos (16 on) into *perminfos.
+ */
+static inline bool
+idem_exec_check_perms(RangeTblEntry *rte, AclMode perms, Bitmapset *selected,
+					  Bitmapset *inserted, Bitmapset *updated, List **perminfos)
+{
+	List	   *rtable = list_make1(rte);
+#if PG_VERSION_NUM >= 160000
+	RTEPermissionInfo *pi;
+
+	*perminfos = NIL;
+	pi = addRTEPermissionInfo(perminfos, rte);
+	pi->requiredPerms = perms;
+	pi->selectedCols = selected;
+	pi->insertedCols = inserted;
+	pi->updatedCols = updated;
+	return ExecCheckPermissions(rtable, *perminfos, false);
+#else
+	*perminfos = NIL;
+	rte->requiredPerms = perms;
+	rte->selectedCols = selected;
+	rte->insertedCols = inserted;
+	rte->updatedCols = updated;
+	return ExecCheckRTPerms(rtable, false);
+#endif
+}
+
+/*
+ * The range table of an executor state of our own for the one relation
+ * rte, after idem_exec_check_perms.  Returns false, with nothing
+ * initialised, when the check fails.
  */
 static inline bool
 idem_exec_init_range_table_cols(EState *estate, RangeTblEntry *rte, AclMode perms,
 								Bitmapset *selected, Bitmapset *inserted,
 								Bitmapset *updated)
 {
-	List	   *rtable = list_make1(rte);
-#if PG_VERSION_NUM >= 160000
-	List	   *perminfos = NIL;
-	RTEPermissionInfo *pi = addRTEPermissionInfo(&perminfos, rte);
+	List	   *perminfos;
 
-	pi->requiredPerms = perms;
-	pi->selectedCols = selected;
-	pi->insertedCols = inserted;
-	pi->updatedCols = updated;
-	if (!ExecCheckPermissions(rtable, perminfos, false))
+	if (!idem_exec_check_perms(rte, perms, selected, inserted, updated, &perminfos))
 		return false;
 #if PG_VERSION_NUM >= 180000
-	ExecInitRangeTable(estate, rtable, perminfos, bms_make_singleton(1));
+	ExecInitRangeTable(estate, list_make1(rte), perminfos, bms_make_singleton(1));
+#elif PG_VERSION_NUM >= 160000
+	ExecInitRangeTable(estate, list_make1(rte), perminfos);
 #else
-	ExecInitRangeTable(estate, rtable, perminfos);
-#endif
-#else
-	rte->requiredPerms = perms;
-	rte->selectedCols = selected;
-	rte->insertedCols = inserted;
-	rte->updatedCols = updated;
-	if (!ExecCheckRTPerms(rtable, false))
-		return false;
-	ExecInitRangeTable(estate, rtable);
+	ExecInitRangeTable(estate, list_make1(rte));
 #endif
 	return true;
 }

@@ -74,29 +74,22 @@ idem_insert_speculative(ResultRelInfo *rri, TupleTableSlot *slot, EState *estate
 }
 
 /*
- * An executor state for a statement on rel alone, after the executor's
- * check of perms on the aggregates' two columns: NULL when it says no.
+ * The range table entry of idem_outbox_aggregates, for a statement that
+ * takes lockmode, and the columns it touches (topic, aggregate) into *cols.
  */
-static EState *
-aggregates_estate(OutboxWrite *p, AclMode perms)
+static RangeTblEntry *
+aggregates_rte(OutboxWrite *p, LOCKMODE lockmode, Bitmapset **cols)
 {
 	Relation	rel = p->rels[T_AGGREGATES];
-	EState	   *estate = CreateExecutorState();
 	RangeTblEntry *rte = makeNode(RangeTblEntry);
-	Bitmapset  *cols = NULL;
 
-	cols = bms_add_member(cols, p->a_topic - FirstLowInvalidHeapAttributeNumber);
-	cols = bms_add_member(cols, p->a_aggregate - FirstLowInvalidHeapAttributeNumber);
+	*cols = bms_add_member(NULL, p->a_topic - FirstLowInvalidHeapAttributeNumber);
+	*cols = bms_add_member(*cols, p->a_aggregate - FirstLowInvalidHeapAttributeNumber);
 	rte->rtekind = RTE_RELATION;
 	rte->relid = RelationGetRelid(rel);
 	rte->relkind = rel->rd_rel->relkind;
-	rte->rellockmode = (perms & ACL_INSERT) ? RowExclusiveLock : RowShareLock;
-	if (!idem_exec_init_range_table(estate, rte, perms, cols))
-	{
-		FreeExecutorState(estate);
-		return NULL;
-	}
-	return estate;
+	rte->rellockmode = lockmode;
+	return rte;
 }
 
 /*
@@ -112,11 +105,16 @@ insert_aggregate(OutboxWrite *p)
 	ResultRelInfo *rri;
 	TupleTableSlot *slot;
 	bool		inserted;
+	Bitmapset  *cols;
+	RangeTblEntry *rte = aggregates_rte(p, RowExclusiveLock, &cols);
 
 	LockRelationOid(RelationGetRelid(rel), RowExclusiveLock);
-	estate = aggregates_estate(p, ACL_INSERT);
-	if (estate == NULL)
+	estate = CreateExecutorState();
+	if (!idem_exec_init_range_table_cols(estate, rte, ACL_INSERT, NULL, cols, NULL))
+	{
+		FreeExecutorState(estate);
 		return false;
+	}
 	rri = makeNode(ResultRelInfo);
 	InitResultRelInfo(rri, rel, 1, NULL, 0);
 	ExecOpenIndices(rri, true);
@@ -149,7 +147,9 @@ bool
 idem_outbox_lock_aggregate(OutboxWrite *p, Snapshot snap)
 {
 	Relation	rel = p->rels[T_AGGREGATES];
-	EState	   *estate = aggregates_estate(p, ACL_SELECT | ACL_UPDATE);
+	Bitmapset  *cols;
+	RangeTblEntry *rte = aggregates_rte(p, RowShareLock, &cols);
+	List	   *perminfos;
 	ScanKeyData skey[2];
 	SysScanDesc scan;
 	HeapTuple	tup;
@@ -159,9 +159,9 @@ idem_outbox_lock_aggregate(OutboxWrite *p, Snapshot snap)
 	TM_FailureData tmfd;
 	TM_Result	res;
 
-	if (estate == NULL)
+	/* SELECT ... FOR NO KEY UPDATE: SELECT of the columns, UPDATE of some. */
+	if (!idem_exec_check_perms(rte, ACL_SELECT | ACL_UPDATE, cols, NULL, NULL, &perminfos))
 		return false;
-	FreeExecutorState(estate);
 	ScanKeyEntryInitialize(&skey[0], 0, p->a_topic, BTEqualStrategyNumber,
 						   InvalidOid, C_COLLATION_OID, F_TEXTEQ, PointerGetDatum(p->topic));
 	ScanKeyEntryInitialize(&skey[1], 0, p->a_aggregate, BTEqualStrategyNumber,

@@ -61,6 +61,14 @@ typedef struct OutboxColumn
 	Oid			type;
 } OutboxColumn;
 
+/* What checked_index requires of an index beyond its columns. */
+typedef enum IndexKind
+{
+	INDEX_PLAIN,				/* nothing */
+	INDEX_KEY,					/* unique, immediate, on exactly the columns */
+	INDEX_KEY_NULLS_NOT_DISTINCT	/* and NULLS NOT DISTINCT */
+} IndexKind;
+
 /* The columns of idem_outbox in OB_* order. */
 static const OutboxColumn outbox_columns[OB_NCOLUMNS] =
 {
@@ -172,12 +180,12 @@ open_table(Oid nsp, int i, LOCKMODE lockmode)
  * The OID of index name of rel in schema nsp, locked (AccessShareLock, as
  * the scan takes it), when it is a plain btree index of rel on the table
  * columns cols (in order, first; nothing else is checked of later columns),
- * and, if unique (a key, an arbiter of ON CONFLICT), unique on exactly
- * them and not deferrable; else InvalidOid.
+ * and, for a key (an arbiter of ON CONFLICT), unique on exactly them, not
+ * deferrable and, if asked, NULLS NOT DISTINCT; else InvalidOid.
  */
 static Oid
 checked_index(Relation rel, Oid nsp, const char *name, const AttrNumber *cols, int ncols,
-			  bool unique)
+			  IndexKind kind)
 {
 	Oid			oid = get_relname_relid(name, nsp);
 	Relation	idx;
@@ -195,8 +203,10 @@ checked_index(Relation rel, Oid nsp, const char *name, const AttrNumber *cols, i
 		idx->rd_index->indnkeyatts >= ncols &&
 		heap_attisnull(idx->rd_indextuple, Anum_pg_index_indexprs, NULL) &&
 		heap_attisnull(idx->rd_indextuple, Anum_pg_index_indpred, NULL) &&
-		(!unique || (idx->rd_index->indisunique && idx->rd_index->indimmediate &&
-				   idx->rd_index->indnkeyatts == ncols));
+		(kind == INDEX_PLAIN ||
+		 (idx->rd_index->indisunique && idx->rd_index->indimmediate &&
+		  idx->rd_index->indnkeyatts == ncols &&
+		  (kind == INDEX_KEY || idx->rd_index->indnullsnotdistinct)));
 	for (int i = 0; ok && i < ncols; i++)
 		ok = idx->rd_index->indkey.values[i] == cols[i];
 	relation_close(idx, NoLock);
@@ -414,7 +424,8 @@ citus_managed(Oid nsp, OutboxWrite *p)
 		return cache_citus;
 	citus = idem_citus_table(RelationGetRelid(p->rels[T_OUTBOX])) ||
 		idem_citus_table(RelationGetRelid(p->rels[T_RECORDS])) ||
-		idem_citus_table(get_relname_relid(table_names[T_AGGREGATES], nsp));
+		idem_citus_table(get_relname_relid(table_names[T_AGGREGATES], nsp)) ||
+		idem_citus_table(get_relname_relid(table_names[T_RUNS], nsp));
 	if (cache_nsp == nsp)
 	{
 		cache_citus = citus;
@@ -444,7 +455,7 @@ idem_outbox_open_topic(Oid nsp, OutboxWrite *p)
 	p->t_pull = column(p->rels[T_TOPICS], "pull", BOOLOID);
 	if (!p->t_topic || !p->t_relay || !p->t_pull)
 		return false;
-	p->idx_topics = checked_index(p->rels[T_TOPICS], nsp, "idem_outbox_topics_pkey", &p->t_topic, 1, true);
+	p->idx_topics = checked_index(p->rels[T_TOPICS], nsp, "idem_outbox_topics_pkey", &p->t_topic, 1, INDEX_KEY);
 	return OidIsValid(p->idx_topics);
 }
 
@@ -469,14 +480,14 @@ idem_outbox_open_rest(Oid nsp, OutboxWrite *p)
 	if (!p->s_topic || !p->s_consumer)
 		return false;
 	cols[0] = idem_outbox_att(p->rels[T_OUTBOX], OB_ID);
-	p->idx_pkey = checked_index(p->rels[T_OUTBOX], nsp, "idem_outbox_pkey", cols, 1, true);
+	p->idx_pkey = checked_index(p->rels[T_OUTBOX], nsp, "idem_outbox_pkey", cols, 1, INDEX_KEY);
 	cols[0] = IDEM_COL_EXPIRES_AT;
-	p->idx_expires = checked_index(p->rels[T_RECORDS], nsp, "idem_records_expires_at_idx", cols, 1, false);
+	p->idx_expires = checked_index(p->rels[T_RECORDS], nsp, "idem_records_expires_at_idx", cols, 1, INDEX_PLAIN);
 	cols[0] = IDEM_COL_SCOPE;
 	cols[1] = IDEM_COL_KEY;
-	p->idx_records_pkey = checked_index(p->rels[T_RECORDS], nsp, "idem_records_pkey", cols, 2, true);
+	p->idx_records_pkey = checked_index(p->rels[T_RECORDS], nsp, "idem_records_pkey", cols, 2, INDEX_KEY);
 	p->idx_subs = checked_index(p->rels[T_SUBSCRIPTIONS], nsp,
-								"idem_outbox_subscriptions_topic_idx", &p->s_topic, 1, false);
+								"idem_outbox_subscriptions_topic_idx", &p->s_topic, 1, INDEX_PLAIN);
 	return OidIsValid(p->idx_pkey) && OidIsValid(p->idx_expires) &&
 		OidIsValid(p->idx_records_pkey) && OidIsValid(p->idx_subs);
 }
@@ -583,7 +594,7 @@ idem_outbox_open_aggregates(Oid nsp, OutboxWrite *p)
 		return false;
 	cols[0] = p->a_topic;
 	cols[1] = p->a_aggregate;
-	p->idx_aggregates = checked_index(rel, nsp, "idem_outbox_aggregates_pkey", cols, 2, true);
+	p->idx_aggregates = checked_index(rel, nsp, "idem_outbox_aggregates_pkey", cols, 2, INDEX_KEY);
 	return OidIsValid(p->idx_aggregates);
 }
 
@@ -618,16 +629,9 @@ idem_outbox_open_runs(Oid nsp, OutboxWrite *p)
 	cols[1] = p->r_atts[RUN_AGGREGATE];
 	cols[2] = p->r_atts[RUN_LONE];
 	cols[3] = p->r_atts[RUN_CONSUMER];
-	p->idx_runs = checked_index(rel, nsp, "idem_outbox_runs_key", cols, 4, true);
-	if (OidIsValid(p->idx_runs))
-	{
-		/* Locked by checked_index; NULLS NOT DISTINCT: one run per lone or aggregate. */
-		Relation	idx = index_open(p->idx_runs, NoLock);
-
-		if (!idx->rd_index->indnullsnotdistinct)
-			p->idx_runs = InvalidOid;
-		index_close(idx, NoLock);
-	}
+	/* NULLS NOT DISTINCT: one run per lone message or aggregate. */
+	p->idx_runs = checked_index(rel, nsp, "idem_outbox_runs_key", cols, 4,
+								INDEX_KEY_NULLS_NOT_DISTINCT);
 	return OidIsValid(p->idx_runs);
 }
 
